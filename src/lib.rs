@@ -1,0 +1,29 @@
+//! ctxd — a runtime for context providers.
+//!
+//! An agent platform calls ctxd once per turn. ctxd decides which context layers the
+//! turn needs (gating), fetches the external facts those layers are bound to over the
+//! `context-provider.v1` contract, enforces hard bounds and safety on what comes back,
+//! renders it as fenced reference data within a byte budget, and records provenance of
+//! exactly what was used — never the lookup values.
+//!
+//! # Layout
+//!
+//! - [`contract`] — wire types: statuses, items, `context-provider.v1` messages.
+//! - [`project`] — Context Projects: model, refusals, validation, Build.
+//! - [`config`] — server config, tenants and Deployment Bindings.
+//! - [`gate`] — the per-layer invocation decision (pure).
+//! - [`kernel`] — from outcomes to layer statuses, blocking, budget and rendered text (pure).
+//! - [`providers`] — provider answers' bounds and secret scanning.
+//! - [`fixtures`] — Context Tests and Preview from fixtures.
+//! - [`digest`] — canonical JSON and SHA-256 digests.
+//! - [`cli`] — one module per subcommand.
+
+pub mod cli;
+pub mod config;
+pub mod contract;
+pub mod digest;
+pub mod fixtures;
+pub mod gate;
+pub mod kernel;
+pub mod project;
+pub mod providers;
