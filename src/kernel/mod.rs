@@ -1,0 +1,16 @@
+//! The Context Kernel: from gating decisions and provider outcomes to layer statuses, the
+//! blocked rule, currentness, the byte budget and the rendered reference text. Pure and
+//! deterministic: the same plan, outcomes, budget and nonce always give the same result.
+
+mod assemble;
+mod outcome;
+mod render;
+
+pub use assemble::{
+    BudgetUse, Cut, CutAction, LayerResult, ProviderResult, Selection, TurnResult, assemble,
+};
+pub use outcome::Outcome;
+pub use render::{DATA_NOTICE_TITLE, UNKNOWN_FACTS, fence_nonce_from_seed, random_nonce};
+
+#[cfg(test)]
+mod tests;
