@@ -1,0 +1,520 @@
+//! `ctxd validate [--config F]`: checks the server config, every tenant's Projects and
+//! Bindings, that each project's providers are bound (and nothing else is), and that the
+//! environment holds every referenced secret. Prints every problem, then a summary.
+
+use crate::config::{Binding, ConfigErrors, EnvVars, ServerConfig, TenantConfig, key_path};
+use crate::project::{LoadError, Project};
+use clap::Args;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Debug, Clone, Args)]
+pub struct ValidateArgs {
+    /// The server config to check
+    #[arg(long, default_value = "config/ctxd.toml")]
+    pub config: PathBuf,
+}
+
+/// What `validate` found: problems as `file: path: message` lines, and what it checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub problems: Vec<String>,
+    /// One line per file or pairing checked, for the operator to see the coverage.
+    pub checked: Vec<String>,
+    pub tenants: usize,
+    pub projects: usize,
+    /// Provider requirements of the checked projects.
+    pub providers: usize,
+}
+
+impl Report {
+    pub fn is_ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// `ok: 1 tenant, 1 project, 3 providers`, or `2 problems`.
+    pub fn summary(&self) -> String {
+        if self.is_ok() {
+            format!(
+                "ok: {}, {}, {}",
+                count(self.tenants, "tenant"),
+                count(self.projects, "project"),
+                count(self.providers, "provider")
+            )
+        } else {
+            count(self.problems.len(), "problem")
+        }
+    }
+
+    fn problem(&mut self, line: String) {
+        if !self.problems.contains(&line) {
+            self.problems.push(line);
+        }
+    }
+
+    fn config_errors(&mut self, errors: &ConfigErrors) {
+        for line in errors.lines() {
+            self.problem(line);
+        }
+    }
+}
+
+fn count(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
+pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
+    let report = check(&args.config, &EnvVars::from_process());
+    let mut out = std::io::stdout().lock();
+    for line in &report.checked {
+        writeln!(out, "checked {line}")?;
+    }
+    for line in &report.problems {
+        writeln!(out, "{line}")?;
+    }
+    writeln!(out, "{}", report.summary())?;
+    Ok(if report.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Checks a server config and everything it references. Reads the files; takes the
+/// environment as a map.
+pub fn check(config: &Path, env: &EnvVars) -> Report {
+    let mut report = Report::default();
+    let config_file = config.display().to_string();
+    let server = match ServerConfig::load(config) {
+        Ok(server) => server,
+        Err(errors) => {
+            report.config_errors(&errors);
+            return report;
+        }
+    };
+    report.checked.push(format!(
+        "{config_file}: server config (listen {}, {} tenant{})",
+        server.server.listen,
+        server.tenants.len(),
+        if server.tenants.len() == 1 { "" } else { "s" }
+    ));
+    for error in server.environment_problems(env) {
+        report.problem(format!("{config_file}: {error}"));
+    }
+    for (index, tenant) in server.tenants.iter().enumerate() {
+        report.tenants += 1;
+        check_tenant(&mut report, &config_file, index, tenant, env);
+    }
+    report
+}
+
+/// What one tenant's projects declare of one binding file.
+#[derive(Default)]
+struct BindingUse {
+    binding: Option<Binding>,
+    /// Provider ids declared by the projects using this binding.
+    declared: BTreeSet<String>,
+    /// Whether every project using this binding loaded, so `declared` is complete.
+    all_projects_loaded: bool,
+}
+
+fn check_tenant(
+    report: &mut Report,
+    config_file: &str,
+    tenant_index: usize,
+    tenant: &TenantConfig,
+    env: &EnvVars,
+) {
+    let mut uses: BTreeMap<PathBuf, BindingUse> = BTreeMap::new();
+    let mut project_ids: HashMap<String, usize> = HashMap::new();
+    for (project_index, project_ref) in tenant.projects.iter().enumerate() {
+        report.projects += 1;
+        let project = Project::load(&project_ref.path)
+            .inspect_err(|error| {
+                for line in project_problems(&project_ref.path, error) {
+                    report.problem(line);
+                }
+            })
+            .ok();
+        let use_ = uses.entry(project_ref.binding.clone()).or_insert_with(|| {
+            let binding = Binding::load(&project_ref.binding)
+                .inspect_err(|errors| report.config_errors(errors))
+                .ok();
+            BindingUse {
+                binding,
+                declared: BTreeSet::new(),
+                all_projects_loaded: true,
+            }
+        });
+        let Some(project) = project else {
+            use_.all_projects_loaded = false;
+            continue;
+        };
+        report.providers += project.providers.len();
+        if let Some(first) = project_ids.insert(project.id().to_owned(), project_index) {
+            report.problem(format!(
+                "{config_file}: tenants[{tenant_index}].projects[{project_index}].path: project id {:?} is already served by tenant {:?} at projects[{first}]",
+                project.id(),
+                tenant.id
+            ));
+        }
+        let binding_file = project_ref.binding.display().to_string();
+        for spec in &project.providers {
+            use_.declared.insert(spec.id.clone());
+        }
+        if let Some(binding) = &use_.binding {
+            for spec in &project.providers {
+                if !binding.providers.contains_key(&spec.id) {
+                    report.problem(format!(
+                        "{binding_file}: providers: provider {:?} required by the project has no binding; its layers would be NOT_BOUND (project {:?}, {})",
+                        spec.id,
+                        project.id(),
+                        project_ref.path.display()
+                    ));
+                }
+            }
+            report.checked.push(format!(
+                "tenant {:?}: project {:?} ({}) with binding {binding_file} (revision {:?}, {})",
+                tenant.id,
+                project.id(),
+                project_ref.path.display(),
+                binding.revision,
+                binding.digest
+            ));
+        }
+    }
+    for (path, use_) in &uses {
+        let Some(binding) = &use_.binding else {
+            continue;
+        };
+        let binding_file = path.display().to_string();
+        if use_.all_projects_loaded {
+            for id in binding.providers.keys() {
+                if !use_.declared.contains(id) {
+                    report.problem(format!(
+                        "{binding_file}: {}: provider {id:?} is not declared by any project of tenant {:?} that uses this binding",
+                        key_path("providers", id),
+                        tenant.id
+                    ));
+                }
+            }
+        }
+        for (id, name) in binding.secret_envs() {
+            let state = match env.get(name) {
+                None => "is not set",
+                Some("") => "is empty",
+                Some(_) => continue,
+            };
+            report.problem(format!(
+                "{binding_file}: {}: environment variable {name:?} {state}: provider {id:?} cannot authenticate",
+                key_path(&key_path("providers", id), "secret_env")
+            ));
+        }
+    }
+}
+
+/// One line per problem of a Project file, each starting with the file.
+fn project_problems(path: &Path, error: &LoadError) -> Vec<String> {
+    let file = path.display().to_string();
+    match error {
+        LoadError::Read { source, .. } => vec![format!("{file}: cannot read the file: {source}")],
+        other => other
+            .problems()
+            .into_iter()
+            .map(|line| {
+                if line.starts_with(&file) {
+                    line
+                } else {
+                    format!("{file}: {line}")
+                }
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    const PROJECT: &str = r#"{
+        "id": "support", "version": "1.0.0",
+        "providers": [
+            { "id": "customer-data", "name": "Customer data", "lookup": { "input": "customerId" } },
+            { "id": "orders", "name": "Orders", "lookup": { "input": "customerId" } }
+        ],
+        "layers": [
+            { "id": "policy", "name": "Policy", "content": "Refunds over 500 EUR need approval." },
+            { "id": "profile", "name": "Profile", "bindings": [{ "provider": "customer-data" }] },
+            { "id": "orders", "name": "Orders", "bindings": [{ "provider": "orders" }] }
+        ]
+    }"#;
+
+    const CUSTOMER_DATA: &str = "[providers.customer-data]\ntype = \"http\"\nendpoint = \"https://crm.internal/context\"\nsecret_env = \"CRM_TOKEN\"\n";
+    const ORDERS: &str = "[providers.orders]\ntype = \"sqlite\"\ndatabase = \"orders.db\"\nquery = \"SELECT id FROM orders WHERE customer_id = ?1\"\nversion = \"v1\"\n";
+
+    /// A deployment in a temp dir: `config/ctxd.toml`, `project.json`, and
+    /// `config/bindings/acme.toml` holding `binding_tables`.
+    struct Deployment {
+        dir: tempfile::TempDir,
+    }
+
+    impl Deployment {
+        fn new(trace: &str, binding_tables: &str) -> Deployment {
+            let dir = tempfile::tempdir().unwrap();
+            fs::create_dir_all(dir.path().join("config/bindings")).unwrap();
+            let config = format!(
+                "[trace]\n{trace}\n[[tenants]]\nid = \"acme\"\napi_key_env = \"ACME_KEY\"\n[[tenants.projects]]\npath = \"../project.json\"\nbinding = \"bindings/acme.toml\"\n"
+            );
+            fs::write(dir.path().join("config/ctxd.toml"), config).unwrap();
+            fs::write(dir.path().join("project.json"), PROJECT).unwrap();
+            fs::write(
+                dir.path().join("config/bindings/acme.toml"),
+                format!("revision = \"r1\"\n{binding_tables}"),
+            )
+            .unwrap();
+            Deployment { dir }
+        }
+
+        fn standard() -> Deployment {
+            Deployment::new(
+                "generate_digest_key = true",
+                &format!("{CUSTOMER_DATA}{ORDERS}"),
+            )
+        }
+
+        fn config(&self) -> PathBuf {
+            self.dir.path().join("config/ctxd.toml")
+        }
+
+        fn path(&self, relative: &str) -> String {
+            self.dir.path().join(relative).display().to_string()
+        }
+
+        fn check(&self, env: &[(&str, &str)]) -> Report {
+            check(&self.config(), &env.iter().copied().collect())
+        }
+    }
+
+    const ENV: &[(&str, &str)] = &[
+        ("CRM_TOKEN", "crm-secret-value"),
+        ("ACME_KEY", "acme-key-value"),
+    ];
+
+    fn assert_only_problem(report: &Report, expected: &str) {
+        assert_eq!(report.problems, [expected.to_owned()], "{report:#?}");
+        assert_eq!(report.summary(), "1 problem");
+    }
+
+    #[test]
+    fn a_complete_deployment_is_ok() {
+        let deployment = Deployment::standard();
+        let report = deployment.check(ENV);
+        assert!(report.is_ok(), "{report:#?}");
+        assert_eq!(report.summary(), "ok: 1 tenant, 1 project, 2 providers");
+        assert_eq!(report.checked.len(), 2, "{report:#?}");
+        assert!(
+            report.checked[1].contains("project \"support\""),
+            "{report:#?}"
+        );
+        assert!(report.checked[1].contains("sha256:"), "{report:#?}");
+    }
+
+    #[test]
+    fn a_missing_secret_env_var_is_a_problem() {
+        let deployment = Deployment::standard();
+        let report = deployment.check(&[("ACME_KEY", "acme-key-value")]);
+        assert_only_problem(
+            &report,
+            &format!(
+                "{}: providers.customer-data.secret_env: environment variable \"CRM_TOKEN\" is not set: provider \"customer-data\" cannot authenticate",
+                deployment.path("config/bindings/acme.toml")
+            ),
+        );
+        let report = deployment.check(&[("ACME_KEY", "k"), ("CRM_TOKEN", "")]);
+        assert!(
+            report.problems[0].contains("\"CRM_TOKEN\" is empty"),
+            "{report:#?}"
+        );
+    }
+
+    #[test]
+    fn a_provider_without_binding_entry_is_a_problem() {
+        let deployment = Deployment::new("generate_digest_key = true", CUSTOMER_DATA);
+        let report = deployment.check(ENV);
+        assert_eq!(report.problems.len(), 1, "{report:#?}");
+        let problem = &report.problems[0];
+        assert!(
+            problem.starts_with(&format!(
+                "{}: providers: provider \"orders\" required by the project has no binding; its layers would be NOT_BOUND",
+                deployment.path("config/bindings/acme.toml")
+            )),
+            "{problem}"
+        );
+    }
+
+    #[test]
+    fn a_binding_entry_no_project_declares_is_a_problem() {
+        let tickets = "[providers.tickets]\ntype = \"http\"\nendpoint = \"https://tickets.internal/context\"\n";
+        let deployment = Deployment::new(
+            "generate_digest_key = true",
+            &format!("{CUSTOMER_DATA}{ORDERS}{tickets}"),
+        );
+        let report = deployment.check(ENV);
+        assert_only_problem(
+            &report,
+            &format!(
+                "{}: providers.tickets: provider \"tickets\" is not declared by any project of tenant \"acme\" that uses this binding",
+                deployment.path("config/bindings/acme.toml")
+            ),
+        );
+    }
+
+    #[test]
+    fn environment_problems_of_the_config_are_reported() {
+        let deployment = Deployment::new(
+            "digest_key_env = \"CTXD_DIGEST_KEY\"",
+            &format!("{CUSTOMER_DATA}{ORDERS}"),
+        );
+        let report = deployment.check(&[("CRM_TOKEN", "x")]);
+        let config = deployment.config().display().to_string();
+        assert_eq!(report.problems.len(), 2, "{report:#?}");
+        assert!(report.problems[0].starts_with(&format!(
+            "{config}: tenants[0].api_key_env: environment variable \"ACME_KEY\" is not set"
+        )));
+        assert!(report.problems[1].starts_with(&format!(
+            "{config}: trace.digest_key_env: environment variable \"CTXD_DIGEST_KEY\" is not set"
+        )));
+        assert_eq!(report.summary(), "2 problems");
+        let fixed = deployment.check(&[
+            ("CRM_TOKEN", "x"),
+            ("ACME_KEY", "y"),
+            ("CTXD_DIGEST_KEY", "z"),
+        ]);
+        assert!(fixed.is_ok(), "{fixed:#?}");
+    }
+
+    #[test]
+    fn an_invalid_config_stops_the_check_with_every_problem() {
+        let deployment = Deployment::standard();
+        fs::write(deployment.config(), "[limits]\nmax_turn_ms = 1\n").unwrap();
+        let report = deployment.check(ENV);
+        let config = deployment.config().display().to_string();
+        assert_eq!(
+            report.problems,
+            [
+                format!("{config}: limits.max_turn_ms: 1 is out of range: use 50..=60000"),
+                format!(
+                    "{config}: tenants: at least one tenant is required: add a [[tenants]] table"
+                ),
+            ]
+        );
+        assert_eq!(report.tenants, 0);
+    }
+
+    #[test]
+    fn project_and_binding_problems_carry_their_file() {
+        let deployment = Deployment::standard();
+        fs::write(
+            deployment.dir.path().join("project.json"),
+            r#"{"id": "support", "version": "1", "layers": [], "endpoint": "https://x"}"#,
+        )
+        .unwrap();
+        fs::write(
+            deployment.dir.path().join("config/bindings/acme.toml"),
+            format!("revision = \"r1\"\n{CUSTOMER_DATA}{ORDERS}timeout_ms = 5\n"),
+        )
+        .unwrap();
+        let report = deployment.check(ENV);
+        let project = deployment.path("config/../project.json");
+        let binding = deployment.path("config/bindings/acme.toml");
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.starts_with(&format!("{project}: "))),
+            "{report:#?}"
+        );
+        assert!(
+            report.problems.contains(&format!(
+                "{binding}: providers.orders.timeout_ms: 5 is out of range: use 50..=10000"
+            )),
+            "{report:#?}"
+        );
+        // Without a valid project, unknown entries cannot be judged: no false alarms.
+        assert!(
+            !report
+                .problems
+                .iter()
+                .any(|p| p.contains("is not declared")),
+            "{report:#?}"
+        );
+        assert!(!report.is_ok());
+    }
+
+    #[test]
+    fn a_missing_project_file_is_a_problem_with_its_path() {
+        let deployment = Deployment::standard();
+        fs::remove_file(deployment.dir.path().join("project.json")).unwrap();
+        let report = deployment.check(ENV);
+        assert_eq!(report.problems.len(), 1, "{report:#?}");
+        let project = deployment
+            .dir
+            .path()
+            .join("config/../project.json")
+            .display()
+            .to_string();
+        assert!(
+            report.problems[0].starts_with(&format!("{project}: cannot read the file")),
+            "{report:#?}"
+        );
+    }
+
+    #[test]
+    fn a_project_served_twice_by_a_tenant_is_a_problem() {
+        let deployment = Deployment::standard();
+        fs::copy(
+            deployment.dir.path().join("project.json"),
+            deployment.dir.path().join("copy.json"),
+        )
+        .unwrap();
+        let mut config = fs::read_to_string(deployment.config()).unwrap();
+        config.push_str(
+            "[[tenants.projects]]\npath = \"../copy.json\"\nbinding = \"bindings/acme.toml\"\n",
+        );
+        fs::write(deployment.config(), config).unwrap();
+        let report = deployment.check(ENV);
+        assert_eq!(report.problems.len(), 1, "{report:#?}");
+        assert!(
+            report.problems[0]
+                .contains("tenants[0].projects[1].path: project id \"support\" is already served"),
+            "{report:#?}"
+        );
+    }
+
+    #[test]
+    fn summaries_count_in_words() {
+        let report = Report {
+            tenants: 2,
+            projects: 1,
+            providers: 0,
+            ..Report::default()
+        };
+        assert_eq!(report.summary(), "ok: 2 tenants, 1 project, 0 providers");
+    }
+
+    #[test]
+    fn the_shipped_config_passes_once_the_demo_fixtures_exist() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let report = check(&root.join("config/ctxd.toml"), &EnvVars::default());
+        // Only problems that the demo fixtures' absence can explain are tolerated.
+        for problem in &report.problems {
+            assert!(problem.contains("fixtures/demo/project.json"), "{problem}");
+        }
+        if report.is_ok() {
+            assert_eq!(report.summary(), "ok: 1 tenant, 1 project, 3 providers");
+        }
+    }
+}

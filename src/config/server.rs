@@ -1,0 +1,1005 @@
+//! The server config (`config/ctxd.toml`): listen address, trace store, digest key
+//! reference, metrics, limits, and tenants with their API keys, limits, projects and
+//! bindings. Loading does the pure checks; environment checks are a separate step.
+
+use super::{
+    ConfigError, ConfigErrors, EnvVars, Problems, index_path, key_path, parse_toml,
+    refuse_inline_secrets, section, unknown_keys,
+};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+const DEFAULT_MAX_BODY_BYTES: i64 = 64 * 1024;
+const MAX_BODY_BYTES_RANGE: (i64, i64) = (1024, 16 * 1024 * 1024);
+const DEFAULT_SHUTDOWN_GRACE_MS: i64 = 10_000;
+const SHUTDOWN_GRACE_RANGE: (i64, i64) = (100, 300_000);
+const DEFAULT_TRACE_STORE: &str = "sqlite:data/traces.db";
+const DEFAULT_DIGEST_KEY_ENV: &str = "CTXD_DIGEST_KEY";
+const DEFAULT_DURATION_BUCKETS_MS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
+];
+const MAX_BUCKETS: usize = 64;
+const DEFAULT_MAX_TURN_MS: i64 = 10_000;
+const MAX_TURN_RANGE: (i64, i64) = (50, 60_000);
+const DEFAULT_MAX_IN_FLIGHT: i64 = 256;
+const MAX_IN_FLIGHT_RANGE: (i64, i64) = (1, 100_000);
+
+const TOP_KEYS: &[&str] = &["server", "trace", "metrics", "limits", "tenants"];
+const SECRET_HINT: &str = "put the key in an environment variable and reference it by name (api_key_env, digest_key_env), or store api_key_sha256";
+
+/// A validated server config. Relative paths are joined to the config file's folder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// The folder of the config file, against which relative paths were resolved.
+    pub base_dir: PathBuf,
+    pub server: ServerSettings,
+    pub trace: TraceSettings,
+    pub metrics: MetricsSettings,
+    pub limits: Limits,
+    pub tenants: Vec<TenantConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSettings {
+    /// `ctxd serve --listen` overrides it.
+    pub listen: SocketAddr,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// How long shutdown waits for in-flight turns and the trace flush.
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceSettings {
+    pub store: TraceStore,
+    /// Name of the env var holding the HMAC key for keyed digests and locators.
+    pub digest_key_env: String,
+    /// When the env var is unset, `serve` generates a key kept beside the trace store
+    /// instead of refusing to start.
+    pub generate_digest_key: bool,
+}
+
+/// Where traces are written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TraceStore {
+    /// A SQLite file (WAL), resolved against the config file's folder.
+    Sqlite(PathBuf),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricsSettings {
+    pub enabled: bool,
+    /// Whether metrics carry a `tenant` label (one series per tenant: off by default).
+    pub tenant_label: bool,
+    /// Histogram bucket bounds for durations, in milliseconds, strictly increasing.
+    pub duration_buckets_ms: Vec<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// The longest deadline a turn may have, whatever it asks for.
+    pub max_turn: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantConfig {
+    pub id: String,
+    pub api_key: ApiKey,
+    /// Most turns of this tenant in flight at once.
+    pub max_in_flight: usize,
+    pub projects: Vec<ProjectRef>,
+}
+
+/// How a tenant's API key is known: by its SHA-256, or by the env var holding it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiKey {
+    Sha256([u8; 32]),
+    Env(String),
+}
+
+impl ApiKey {
+    /// The key's SHA-256, reading the env var for an `Env` key; `None` when it is unset
+    /// or empty.
+    pub fn sha256(&self, env: &EnvVars) -> Option<[u8; 32]> {
+        match self {
+            ApiKey::Sha256(hash) => Some(*hash),
+            ApiKey::Env(name) => env
+                .get(name)
+                .filter(|key| !key.is_empty())
+                .map(|key| Sha256::digest(key.as_bytes()).into()),
+        }
+    }
+}
+
+/// One project a tenant serves, and the binding that serves its providers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectRef {
+    /// A Project or a Build (JSON).
+    pub path: PathBuf,
+    pub binding: PathBuf,
+}
+
+impl ServerConfig {
+    /// Reads and checks a config file. Only pure checks: the environment is checked by
+    /// [`ServerConfig::environment_problems`], so `ctxd validate` can report both and
+    /// tests can load a config whatever the process environment holds.
+    pub fn load(path: &Path) -> Result<ServerConfig, ConfigErrors> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|error| {
+            ConfigErrors::new(
+                &file,
+                vec![ConfigError::new(
+                    "",
+                    format!("cannot read the file: {error}"),
+                )],
+            )
+        })?;
+        let base_dir = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        parse_named(&text, base_dir, &file)
+    }
+
+    /// Checks config text; relative paths are joined to `base_dir`.
+    pub fn parse(text: &str, base_dir: &Path) -> Result<ServerConfig, ConfigErrors> {
+        parse_named(text, base_dir, "<config>")
+    }
+
+    /// What the environment lacks for this config: tenant API keys by env reference set
+    /// and non-empty, the digest key set unless a generated key is allowed, and no API
+    /// key shared by two tenants once env keys are known. Values are never shown.
+    pub fn environment_problems(&self, env: &EnvVars) -> Vec<ConfigError> {
+        let mut found = Vec::new();
+        for (i, tenant) in self.tenants.iter().enumerate() {
+            if let ApiKey::Env(name) = &tenant.api_key {
+                let path = key_path(&index_path("tenants", i), "api_key_env");
+                match env.get(name) {
+                    None => found.push(ConfigError::new(
+                        path,
+                        format!(
+                            "environment variable {name:?} is not set: it holds tenant {:?}'s API key",
+                            tenant.id
+                        ),
+                    )),
+                    Some("") => found.push(ConfigError::new(
+                        path,
+                        format!("environment variable {name:?} is empty"),
+                    )),
+                    Some(_) => {}
+                }
+            }
+        }
+        let name = &self.trace.digest_key_env;
+        if !self.trace.generate_digest_key && !env.is_set(name) {
+            found.push(ConfigError::new(
+                "trace.digest_key_env",
+                format!(
+                    "environment variable {name:?} is not set: serve refuses to start without a digest key (or set generate_digest_key = true to keep a generated key beside the trace store)"
+                ),
+            ));
+        }
+        // Hash pairs were checked at load; a key read from the env is checked here.
+        let mut owners: HashMap<[u8; 32], usize> = HashMap::new();
+        for (i, tenant) in self.tenants.iter().enumerate() {
+            let Some(hash) = tenant.api_key.sha256(env) else {
+                continue;
+            };
+            let Some(&first) = owners.get(&hash) else {
+                owners.insert(hash, i);
+                continue;
+            };
+            let earlier = &self.tenants[first];
+            let at = if matches!(tenant.api_key, ApiKey::Env(_)) {
+                i
+            } else if matches!(earlier.api_key, ApiKey::Env(_)) {
+                first
+            } else {
+                continue;
+            };
+            found.push(ConfigError::new(
+                key_path(&index_path("tenants", at), "api_key_env"),
+                format!(
+                    "tenants {:?} and {:?} have the same API key: two tenants cannot share a key",
+                    earlier.id, tenant.id
+                ),
+            ));
+        }
+        found
+    }
+
+    /// The tenant with this id.
+    pub fn tenant(&self, id: &str) -> Option<&TenantConfig> {
+        self.tenants.iter().find(|t| t.id == id)
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: Option<String>,
+    max_body_bytes: Option<i64>,
+    shutdown_grace_ms: Option<i64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawTrace {
+    store: Option<String>,
+    digest_key_env: Option<String>,
+    generate_digest_key: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    enabled: Option<bool>,
+    tenant_label: Option<bool>,
+    duration_buckets_ms: Option<Vec<f64>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_turn_ms: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    id: Option<String>,
+    api_key_sha256: Option<String>,
+    api_key_env: Option<String>,
+    max_in_flight: Option<i64>,
+    projects: Option<Vec<RawProject>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProject {
+    path: Option<String>,
+    binding: Option<String>,
+}
+
+/// A section of the file: absent → defaults; invalid → `None` (problem recorded).
+fn optional_section<T: serde::de::DeserializeOwned + Default>(
+    problems: &mut Problems,
+    table: &mut toml::Table,
+    key: &str,
+) -> Option<T> {
+    match table.remove(key) {
+        None => Some(T::default()),
+        Some(value @ toml::Value::Table(_)) => section(problems, key, value),
+        Some(other) => {
+            problems.add(key, format!("must be a table (found {})", other.type_str()));
+            None
+        }
+    }
+}
+
+fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<ServerConfig, ConfigErrors> {
+    let mut table = parse_toml(text).map_err(|error| ConfigErrors::new(file, vec![error]))?;
+    let mut problems = Problems::default();
+    refuse_inline_secrets(&mut table, "", &mut problems, SECRET_HINT, &|_| false);
+    unknown_keys(&mut problems, "", &table, TOP_KEYS);
+
+    let server = optional_section::<RawServer>(&mut problems, &mut table, "server")
+        .and_then(|raw| check_server(&mut problems, raw));
+    let trace = optional_section::<RawTrace>(&mut problems, &mut table, "trace")
+        .and_then(|raw| check_trace(&mut problems, raw, base_dir));
+    let metrics = optional_section::<RawMetrics>(&mut problems, &mut table, "metrics")
+        .and_then(|raw| check_metrics(&mut problems, raw));
+    let limits =
+        optional_section::<RawLimits>(&mut problems, &mut table, "limits").and_then(|raw| {
+            let (lo, hi) = MAX_TURN_RANGE;
+            let ms = problems.int_in(
+                "limits.max_turn_ms",
+                raw.max_turn_ms.unwrap_or(DEFAULT_MAX_TURN_MS),
+                lo..=hi,
+            )?;
+            Some(Limits {
+                max_turn: Duration::from_millis(ms as u64),
+            })
+        });
+    let tenants = check_tenants(&mut problems, table.remove("tenants"), base_dir);
+
+    match (server, trace, metrics, limits) {
+        (Some(server), Some(trace), Some(metrics), Some(limits)) if problems.is_empty() => {
+            Ok(ServerConfig {
+                base_dir: base_dir.to_path_buf(),
+                server,
+                trace,
+                metrics,
+                limits,
+                tenants,
+            })
+        }
+        _ => Err(ConfigErrors::new(file, problems.into_errors())),
+    }
+}
+
+fn check_server(problems: &mut Problems, raw: RawServer) -> Option<ServerSettings> {
+    let listen_text = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+    let listen = listen_text.parse::<SocketAddr>().map_err(|_| {
+        problems.add(
+            "server.listen",
+            format!(
+                "{listen_text:?} is not a socket address: write IP:PORT, e.g. \"127.0.0.1:8080\""
+            ),
+        )
+    });
+    let (lo, hi) = MAX_BODY_BYTES_RANGE;
+    let max_body_bytes = problems.int_in(
+        "server.max_body_bytes",
+        raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES),
+        lo..=hi,
+    );
+    let (lo, hi) = SHUTDOWN_GRACE_RANGE;
+    let grace = problems.int_in(
+        "server.shutdown_grace_ms",
+        raw.shutdown_grace_ms.unwrap_or(DEFAULT_SHUTDOWN_GRACE_MS),
+        lo..=hi,
+    );
+    Some(ServerSettings {
+        listen: listen.ok()?,
+        max_body_bytes: max_body_bytes? as usize,
+        shutdown_grace: Duration::from_millis(grace? as u64),
+    })
+}
+
+fn check_trace(problems: &mut Problems, raw: RawTrace, base_dir: &Path) -> Option<TraceSettings> {
+    let store_text = raw.store.as_deref().unwrap_or(DEFAULT_TRACE_STORE);
+    // The store is never echoed: a PostgreSQL DSN may carry a password.
+    let store = if let Some(path) = store_text.strip_prefix("sqlite:") {
+        if path.trim().is_empty() || path == ":memory:" || path.starts_with("//") {
+            problems.add(
+                "trace.store",
+                "needs the path of a SQLite file: write sqlite:PATH, e.g. \"sqlite:data/traces.db\"",
+            );
+            None
+        } else {
+            Some(TraceStore::Sqlite(base_dir.join(path)))
+        }
+    } else if store_text.starts_with("postgres://") || store_text.starts_with("postgresql://") {
+        problems.add(
+            "trace.store",
+            "a PostgreSQL trace store is not available in this version (supported: sqlite:PATH)",
+        );
+        None
+    } else {
+        problems.add(
+            "trace.store",
+            "is not a trace store: write sqlite:PATH (relative to this file's folder)",
+        );
+        None
+    };
+    let digest_key_env = raw
+        .digest_key_env
+        .unwrap_or_else(|| DEFAULT_DIGEST_KEY_ENV.to_owned());
+    let name_ok = problems.env_name("trace.digest_key_env", &digest_key_env);
+    Some(TraceSettings {
+        store: store?,
+        digest_key_env: name_ok.then_some(digest_key_env)?,
+        generate_digest_key: raw.generate_digest_key.unwrap_or(false),
+    })
+}
+
+fn check_metrics(problems: &mut Problems, raw: RawMetrics) -> Option<MetricsSettings> {
+    let buckets = raw
+        .duration_buckets_ms
+        .unwrap_or_else(|| DEFAULT_DURATION_BUCKETS_MS.to_vec());
+    let path = "metrics.duration_buckets_ms";
+    let before = problems.len();
+    if buckets.is_empty() {
+        problems.add(path, "must list at least one bucket");
+    } else if buckets.len() > MAX_BUCKETS {
+        problems.add(
+            path,
+            format!("has {} buckets: use at most {MAX_BUCKETS}", buckets.len()),
+        );
+    }
+    for (i, bound) in buckets.iter().enumerate() {
+        if !bound.is_finite() || *bound <= 0.0 {
+            problems.add(
+                &index_path(path, i),
+                format!("{bound} must be a positive number of milliseconds"),
+            );
+        } else if i > 0 && *bound <= buckets[i - 1] {
+            problems.add(
+                &index_path(path, i),
+                format!(
+                    "{bound} must be greater than the bucket before it ({}): buckets are strictly increasing",
+                    buckets[i - 1]
+                ),
+            );
+        }
+    }
+    (problems.len() == before).then(|| MetricsSettings {
+        enabled: raw.enabled.unwrap_or(true),
+        tenant_label: raw.tenant_label.unwrap_or(false),
+        duration_buckets_ms: buckets,
+    })
+}
+
+fn check_tenants(
+    problems: &mut Problems,
+    value: Option<toml::Value>,
+    base_dir: &Path,
+) -> Vec<TenantConfig> {
+    let entries = match value {
+        None => Vec::new(),
+        Some(toml::Value::Array(entries)) => entries,
+        Some(other) => {
+            problems.add(
+                "tenants",
+                format!(
+                    "must be an array of tables ([[tenants]]) (found {})",
+                    other.type_str()
+                ),
+            );
+            return Vec::new();
+        }
+    };
+    if entries.is_empty() {
+        problems.add(
+            "tenants",
+            "at least one tenant is required: add a [[tenants]] table",
+        );
+    }
+    let mut tenants = Vec::new();
+    let mut ids: HashMap<String, usize> = HashMap::new();
+    let mut hashes: HashMap<[u8; 32], String> = HashMap::new();
+    for (i, entry) in entries.into_iter().enumerate() {
+        let path = index_path("tenants", i);
+        let Some(raw) = section::<RawTenant>(problems, &path, entry) else {
+            continue;
+        };
+        let id = match &raw.id {
+            None => {
+                problems.add(&key_path(&path, "id"), "is required");
+                None
+            }
+            Some(id) if problems.id(&key_path(&path, "id"), "tenant", id) => {
+                if let Some(first) = ids.get(id) {
+                    problems.add(
+                        &key_path(&path, "id"),
+                        format!("tenant id {id:?} is already used by tenants[{first}]"),
+                    );
+                } else {
+                    ids.insert(id.clone(), i);
+                }
+                Some(id.clone())
+            }
+            Some(_) => None,
+        };
+        let label = id.as_deref().unwrap_or("?");
+        let api_key = check_api_key(problems, &path, &raw, label, &mut hashes);
+        let (lo, hi) = MAX_IN_FLIGHT_RANGE;
+        let max_in_flight = problems.int_in(
+            &key_path(&path, "max_in_flight"),
+            raw.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT),
+            lo..=hi,
+        );
+        let projects = check_projects(problems, &path, raw.projects, base_dir);
+        if let (Some(id), Some(api_key), Some(max_in_flight), Some(projects)) =
+            (id, api_key, max_in_flight, projects)
+        {
+            tenants.push(TenantConfig {
+                id,
+                api_key,
+                max_in_flight: max_in_flight as usize,
+                projects,
+            });
+        }
+    }
+    tenants
+}
+
+fn check_api_key(
+    problems: &mut Problems,
+    path: &str,
+    raw: &RawTenant,
+    tenant: &str,
+    hashes: &mut HashMap<[u8; 32], String>,
+) -> Option<ApiKey> {
+    match (&raw.api_key_sha256, &raw.api_key_env) {
+        (Some(_), Some(_)) => {
+            problems.add(
+                path,
+                "set exactly one of api_key_sha256 and api_key_env, not both",
+            );
+            None
+        }
+        (None, None) => {
+            problems.add(
+                path,
+                "needs an API key: set api_key_sha256 (hex SHA-256 of the key) or api_key_env (the env var holding the key)",
+            );
+            None
+        }
+        (None, Some(name)) => problems
+            .env_name(&key_path(path, "api_key_env"), name)
+            .then(|| ApiKey::Env(name.clone())),
+        (Some(text), None) => {
+            let key_path = key_path(path, "api_key_sha256");
+            let mut hash = [0u8; 32];
+            if text.len() != 64 {
+                problems.add(
+                    &key_path,
+                    format!(
+                        "must be 64 hexadecimal characters (the SHA-256 of the API key), not {}",
+                        text.chars().count()
+                    ),
+                );
+                return None;
+            }
+            if hex::decode_to_slice(text, &mut hash).is_err() {
+                problems.add(
+                    &key_path,
+                    "must be 64 hexadecimal characters (the SHA-256 of the API key): it has other characters",
+                );
+                return None;
+            }
+            if let Some(first) = hashes.get(&hash) {
+                problems.add(
+                    &key_path,
+                    format!(
+                        "tenant {tenant:?} has the same API key hash as tenant {first:?}: two tenants cannot share a key"
+                    ),
+                );
+                return None;
+            }
+            hashes.insert(hash, tenant.to_owned());
+            Some(ApiKey::Sha256(hash))
+        }
+    }
+}
+
+fn check_projects(
+    problems: &mut Problems,
+    tenant_path: &str,
+    raw: Option<Vec<RawProject>>,
+    base_dir: &Path,
+) -> Option<Vec<ProjectRef>> {
+    let raw = raw.unwrap_or_default();
+    if raw.is_empty() {
+        problems.add(
+            &key_path(tenant_path, "projects"),
+            "a tenant needs at least one project: add [[tenants.projects]] with path and binding",
+        );
+        return None;
+    }
+    let before = problems.len();
+    let mut projects = Vec::new();
+    for (i, project) in raw.into_iter().enumerate() {
+        let path = index_path(&key_path(tenant_path, "projects"), i);
+        let mut file = |key: &str, value: Option<String>, what: &str| match value {
+            Some(value) if !value.trim().is_empty() => Some(base_dir.join(value)),
+            Some(_) => {
+                problems.add(&key_path(&path, key), "must not be empty");
+                None
+            }
+            None => {
+                problems.add(
+                    &key_path(&path, key),
+                    format!("is required: the {what}, relative to this file's folder"),
+                );
+                None
+            }
+        };
+        let project_path = file("path", project.path, "Project or Build file");
+        let binding = file("binding", project.binding, "Deployment Binding file");
+        if let (Some(project_path), Some(binding)) = (project_path, binding) {
+            if let Some(first) = projects
+                .iter()
+                .position(|p: &ProjectRef| p.path == project_path)
+            {
+                problems.add(
+                    &key_path(&path, "path"),
+                    format!("the same project is already listed at projects[{first}]"),
+                );
+            }
+            projects.push(ProjectRef {
+                path: project_path,
+                binding,
+            });
+        }
+    }
+    (problems.len() == before).then_some(projects)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "/etc/ctxd";
+    fn hash_of(key: &str) -> String {
+        hex::encode(Sha256::digest(key.as_bytes()))
+    }
+
+    fn tenant(id: &str, key_line: &str) -> String {
+        format!(
+            "[[tenants]]\nid = {id:?}\n{key_line}\n[[tenants.projects]]\npath = \"p.json\"\nbinding = \"b.toml\"\n"
+        )
+    }
+
+    fn minimal() -> String {
+        tenant("demo", &format!("api_key_sha256 = {:?}", hash_of("key-a")))
+    }
+
+    fn parse(text: &str) -> Result<ServerConfig, ConfigErrors> {
+        ServerConfig::parse(text, Path::new(BASE))
+    }
+
+    fn assert_problem(text: &str, path: &str, needle: &str) {
+        let errors = parse(text).expect_err(text);
+        assert!(
+            errors
+                .errors
+                .iter()
+                .any(|e| e.path == path && e.message.contains(needle)),
+            "{path}: {needle} in\n{errors}"
+        );
+    }
+
+    #[test]
+    fn a_minimal_config_gets_every_default() {
+        let config = parse(&minimal()).unwrap();
+        assert_eq!(config.server.listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(config.server.max_body_bytes, 65_536);
+        assert_eq!(config.server.shutdown_grace, Duration::from_secs(10));
+        assert_eq!(
+            config.trace.store,
+            TraceStore::Sqlite(PathBuf::from("/etc/ctxd/data/traces.db"))
+        );
+        assert_eq!(config.trace.digest_key_env, "CTXD_DIGEST_KEY");
+        assert!(!config.trace.generate_digest_key);
+        assert!(config.metrics.enabled);
+        assert!(!config.metrics.tenant_label);
+        assert_eq!(config.metrics.duration_buckets_ms.len(), 13);
+        assert_eq!(config.limits.max_turn, Duration::from_secs(10));
+        let demo = config.tenant("demo").unwrap();
+        assert_eq!(demo.max_in_flight, 256);
+        assert_eq!(
+            demo.api_key.sha256(&EnvVars::default()).map(hex::encode),
+            Some(hash_of("key-a"))
+        );
+        assert_eq!(
+            demo.projects,
+            [ProjectRef {
+                path: PathBuf::from("/etc/ctxd/p.json"),
+                binding: PathBuf::from("/etc/ctxd/b.toml"),
+            }]
+        );
+    }
+
+    #[test]
+    fn the_shipped_config_loads_with_the_demo_key() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/ctxd.toml");
+        let config =
+            ServerConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let demo = config.tenant("demo").unwrap();
+        assert_eq!(
+            demo.api_key,
+            ApiKey::Sha256(Sha256::digest(b"ctxd-demo-key").into())
+        );
+        assert!(config.trace.generate_digest_key);
+        assert!(
+            demo.projects[0]
+                .path
+                .ends_with("fixtures/demo/project.json")
+        );
+        assert!(demo.projects[0].binding.ends_with("bindings/demo.toml"));
+        assert!(config.environment_problems(&EnvVars::default()).is_empty());
+    }
+
+    #[test]
+    fn api_key_hashes_are_64_hex_characters() {
+        let good = hash_of("key-a");
+        for (value, ok) in [
+            (good.clone(), true),
+            (good.to_uppercase(), true),
+            (good[..63].to_owned(), false),
+            (format!("{good}0"), false),
+            (format!("{}g", &good[..63]), false),
+            (String::new(), false),
+        ] {
+            let text = tenant("demo", &format!("api_key_sha256 = {value:?}"));
+            if ok {
+                parse(&text).unwrap_or_else(|e| panic!("{value}: {e}"));
+            } else {
+                assert_problem(
+                    &text,
+                    "tenants[0].api_key_sha256",
+                    "must be 64 hexadecimal characters",
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn exactly_one_api_key_field() {
+        let both = tenant(
+            "demo",
+            &format!(
+                "api_key_sha256 = {:?}\napi_key_env = \"DEMO_API_KEY\"",
+                hash_of("k")
+            ),
+        );
+        assert_problem(
+            &both,
+            "tenants[0]",
+            "exactly one of api_key_sha256 and api_key_env",
+        );
+        assert_problem(&tenant("demo", ""), "tenants[0]", "needs an API key");
+        let by_env = parse(&tenant("demo", "api_key_env = \"DEMO_API_KEY\"")).unwrap();
+        assert_eq!(
+            by_env.tenants[0].api_key,
+            ApiKey::Env("DEMO_API_KEY".to_owned())
+        );
+        assert_problem(
+            &tenant("demo", "api_key_env = \"DEMO-KEY\""),
+            "tenants[0].api_key_env",
+            "not an environment variable name",
+        );
+    }
+
+    #[test]
+    fn tenants_are_unique_by_id_and_by_key() {
+        let duplicate_ids = format!(
+            "{}{}",
+            tenant("demo", &format!("api_key_sha256 = {:?}", hash_of("a"))),
+            tenant("demo", &format!("api_key_sha256 = {:?}", hash_of("b")))
+        );
+        assert_problem(
+            &duplicate_ids,
+            "tenants[1].id",
+            "already used by tenants[0]",
+        );
+        let shared_key = format!(
+            "{}{}",
+            tenant("one", &format!("api_key_sha256 = {:?}", hash_of("a"))),
+            tenant(
+                "two",
+                &format!("api_key_sha256 = {:?}", hash_of("a").to_uppercase())
+            )
+        );
+        assert_problem(
+            &shared_key,
+            "tenants[1].api_key_sha256",
+            "two tenants cannot share a key",
+        );
+        assert_problem(
+            &tenant("-bad", "api_key_env = \"K\""),
+            "tenants[0].id",
+            "tenant id \"-bad\" is invalid",
+        );
+    }
+
+    #[test]
+    fn tenants_and_projects_are_required() {
+        assert_problem("[server]\n", "tenants", "at least one tenant");
+        let no_projects = "[[tenants]]\nid = \"demo\"\napi_key_env = \"K\"\n";
+        assert_problem(no_projects, "tenants[0].projects", "at least one project");
+        let no_binding = "[[tenants]]\nid = \"demo\"\napi_key_env = \"K\"\n[[tenants.projects]]\npath = \"p.json\"\n";
+        assert_problem(no_binding, "tenants[0].projects[0].binding", "is required");
+        let twice = format!(
+            "{}[[tenants.projects]]\npath = \"p.json\"\nbinding = \"c.toml\"\n",
+            minimal()
+        );
+        assert_problem(
+            &twice,
+            "tenants[0].projects[1].path",
+            "already listed at projects[0]",
+        );
+    }
+
+    #[test]
+    fn ranges_and_formats() {
+        let cases: &[(&str, &str, Option<&str>)] = &[
+            (
+                "[server]\nlisten = \"localhost:8080\"",
+                "server.listen",
+                Some("not a socket address"),
+            ),
+            ("[server]\nlisten = \"[::1]:0\"", "", None),
+            (
+                "[server]\nmax_body_bytes = 1023",
+                "server.max_body_bytes",
+                Some("use 1024..=16777216"),
+            ),
+            (
+                "[server]\nshutdown_grace_ms = 0",
+                "server.shutdown_grace_ms",
+                Some("out of range"),
+            ),
+            (
+                "[limits]\nmax_turn_ms = 49",
+                "limits.max_turn_ms",
+                Some("use 50..=60000"),
+            ),
+            ("[limits]\nmax_turn_ms = 50", "", None),
+            ("[limits]\nmax_turn_ms = 60000", "", None),
+            (
+                "[limits]\nmax_turn_ms = 60001",
+                "limits.max_turn_ms",
+                Some("use 50..=60000"),
+            ),
+            (
+                "[metrics]\nduration_buckets_ms = []",
+                "metrics.duration_buckets_ms",
+                Some("at least one"),
+            ),
+            ("[metrics]\nduration_buckets_ms = [0.5, 1, 2.5]", "", None),
+            (
+                "[metrics]\nduration_buckets_ms = [1, 5, 5]",
+                "metrics.duration_buckets_ms[2]",
+                Some("strictly increasing"),
+            ),
+            (
+                "[metrics]\nduration_buckets_ms = [5, 1]",
+                "metrics.duration_buckets_ms[1]",
+                Some("strictly increasing"),
+            ),
+            (
+                "[metrics]\nduration_buckets_ms = [0, 1]",
+                "metrics.duration_buckets_ms[0]",
+                Some("positive"),
+            ),
+            (
+                "[metrics]\nduration_buckets_ms = [-1]",
+                "metrics.duration_buckets_ms[0]",
+                Some("positive"),
+            ),
+            (
+                "[trace]\nstore = \"sqlite:\"",
+                "trace.store",
+                Some("needs the path"),
+            ),
+            (
+                "[trace]\nstore = \"sqlite::memory:\"",
+                "trace.store",
+                Some("needs the path"),
+            ),
+            (
+                "[trace]\nstore = \"mysql://h/db\"",
+                "trace.store",
+                Some("is not a trace store"),
+            ),
+            (
+                "[trace]\nstore = \"postgres://ctxd@db.internal/traces\"",
+                "trace.store",
+                Some("not available in this version"),
+            ),
+            (
+                "[trace]\ndigest_key_env = \"1KEY\"",
+                "trace.digest_key_env",
+                Some("not an environment variable name"),
+            ),
+            (
+                "[server]\nport = 8080",
+                "server.port",
+                Some("unknown field `port`"),
+            ),
+            (
+                "[tracing]\nstore = \"x\"",
+                "tracing",
+                Some("unknown field `tracing`"),
+            ),
+            (
+                "[server]\nlisten = 8080",
+                "server.listen",
+                Some("invalid type"),
+            ),
+        ];
+        for (section, path, expected) in cases {
+            let text = format!("{section}\n{}", minimal());
+            match expected {
+                None => {
+                    parse(&text).unwrap_or_else(|e| panic!("{section}: {e}"));
+                }
+                Some(needle) => assert_problem(&text, path, needle),
+            }
+        }
+        let per_tenant = minimal().replace(
+            "[[tenants.projects]]",
+            "max_in_flight = 0\n[[tenants.projects]]",
+        );
+        assert_problem(&per_tenant, "tenants[0].max_in_flight", "use 1..=100000");
+    }
+
+    #[test]
+    fn a_postgres_dsn_is_never_echoed() {
+        let text = format!(
+            "[trace]\nstore = \"postgres://ctxd:s3cr3tpw@db/traces\"\n{}",
+            minimal()
+        );
+        let errors = parse(&text).unwrap_err();
+        let shown = format!("{errors}\n{errors:?}");
+        assert!(!shown.contains("s3cr3tpw"), "{shown}");
+        assert!(errors.has_path("trace.store"), "{shown}");
+    }
+
+    #[test]
+    fn inline_api_keys_are_refused() {
+        let text = minimal().replace(
+            "[[tenants.projects]]",
+            "api_key = \"plain-demo-key\"\n[[tenants.projects]]",
+        );
+        let errors = parse(&text).unwrap_err();
+        assert_eq!(errors.errors.len(), 1, "{errors}");
+        assert_eq!(errors.errors[0].path, "tenants[0].api_key");
+        assert!(errors.errors[0].message.contains("api_key_env"), "{errors}");
+        assert!(!errors.to_string().contains("plain-demo-key"));
+    }
+
+    #[test]
+    fn environment_problems_name_variables_never_values() {
+        let text = format!(
+            "{}{}",
+            tenant("one", "api_key_env = \"ONE_KEY\""),
+            tenant(
+                "two",
+                &format!("api_key_sha256 = {:?}", hash_of("shared-key-value"))
+            )
+        );
+        let config = parse(&text).unwrap();
+        let env = |pairs: &[(&str, &str)]| pairs.iter().copied().collect::<EnvVars>();
+
+        let problems = config.environment_problems(&env(&[]));
+        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(paths, ["tenants[0].api_key_env", "trace.digest_key_env"]);
+        assert!(problems[0].message.contains("\"ONE_KEY\" is not set"));
+
+        let problems =
+            config.environment_problems(&env(&[("ONE_KEY", ""), ("CTXD_DIGEST_KEY", "k")]));
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].message.contains("is empty"));
+
+        let all_set = env(&[("ONE_KEY", "one-key-value"), ("CTXD_DIGEST_KEY", "k")]);
+        assert!(config.environment_problems(&all_set).is_empty());
+
+        let shared = env(&[("ONE_KEY", "shared-key-value"), ("CTXD_DIGEST_KEY", "k")]);
+        let problems = config.environment_problems(&shared);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].message.contains("cannot share a key"));
+        assert!(!format!("{problems:?}").contains("shared-key-value"));
+    }
+
+    #[test]
+    fn a_generated_digest_key_needs_no_env_var() {
+        let text = format!("[trace]\ngenerate_digest_key = true\n{}", minimal());
+        let config = parse(&text).unwrap();
+        assert!(config.environment_problems(&EnvVars::default()).is_empty());
+        let config = parse(&minimal()).unwrap();
+        let problems = config.environment_problems(&EnvVars::default());
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].message.contains("generate_digest_key"));
+    }
+
+    #[test]
+    fn load_reports_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctxd.toml");
+        std::fs::write(&path, "[limits]\nmax_turn_ms = 1\n").unwrap();
+        let errors = ServerConfig::load(&path).unwrap_err();
+        let text = errors.to_string();
+        assert!(
+            text.contains(&format!(
+                "{}: limits.max_turn_ms: 1 is out of range",
+                path.display()
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{}: tenants: at least one tenant", path.display())),
+            "{text}"
+        );
+    }
+}
