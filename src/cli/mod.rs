@@ -1,0 +1,48 @@
+//! The `ctxd` command line: one module per subcommand, each a thin layer over the
+//! library that prints results and chooses the exit code.
+
+mod build;
+mod preview;
+mod test;
+pub mod validate;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "ctxd",
+    version,
+    about = "A runtime for context providers: gated lookups, hard bounds, budgeted rendering and provenance"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check the server config and every tenant's Project and Binding
+    Validate(validate::ValidateArgs),
+    /// Validate a Project and write its Build (normalized, digested, static layers pinned)
+    Build(build::BuildArgs),
+    /// Run a Project's Context Tests from fixtures, with no network
+    Test(test::TestArgs),
+    /// Render one turn from the Project's fixtures, matched by lookup value
+    Preview(preview::PreviewArgs),
+}
+
+/// Runs a parsed command line. Errors are for the caller to print with `{:#}`.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Validate(args) => validate::run(&args),
+        Command::Build(args) => build::run(&args),
+        Command::Test(args) => test::run(&args),
+        Command::Preview(args) => preview::run(&args),
+    }
+}
+
+/// Loads a Project or Build, turning every validation problem into one error line.
+fn load_project(path: &std::path::Path) -> anyhow::Result<crate::project::Project> {
+    crate::project::Project::load(path).map_err(|e| anyhow::anyhow!("{e}"))
+}

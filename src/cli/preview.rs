@@ -1,0 +1,134 @@
+//! `ctxd preview PROJECT.json --input k=v …`: render one turn from fixtures.
+
+use crate::fixtures::{PreviewRequest, preview};
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct PreviewArgs {
+    /// The Project or Build to preview
+    pub project: PathBuf,
+    /// A turn input as KEY=VALUE; repeat for several
+    #[arg(long = "input", value_name = "KEY=VALUE")]
+    pub inputs: Vec<String>,
+    #[arg(long)]
+    pub objective: Option<String>,
+    #[arg(long)]
+    pub consumer: Option<String>,
+    /// Profile id (`default` when absent)
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Byte budget for the rendered text (the project's budget caps it)
+    #[arg(long)]
+    pub max_bytes: Option<usize>,
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Human,
+    Json,
+}
+
+pub fn run(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
+    let project = super::load_project(&args.project)?;
+    let request = PreviewRequest {
+        profile: args.profile.clone(),
+        objective: args.objective.clone(),
+        consumer: args.consumer.clone(),
+        inputs: parse_inputs(&args.inputs)?,
+        max_bytes: args.max_bytes,
+    };
+    let result = preview(&project, &request).context("cannot preview")?;
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&result)?),
+        Format::Human => print!("{}", human(&result)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn parse_inputs(inputs: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut map = BTreeMap::new();
+    for input in inputs {
+        let Some((key, value)) = input.split_once('=') else {
+            bail!("--input {input:?}: expected KEY=VALUE");
+        };
+        if key.is_empty() {
+            bail!("--input {input:?}: the key is empty");
+        }
+        if map.insert(key.to_owned(), value.to_owned()).is_some() {
+            bail!("--input {key}: given twice");
+        }
+    }
+    Ok(map)
+}
+
+fn human(result: &crate::fixtures::PreviewResult) -> String {
+    let turn = &result.turn;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "project {} (build {}) — source TEST_FIXTURE",
+        result.project, result.build_digest
+    );
+    let _ = writeln!(out, "\nlayers:");
+    for layer in &turn.layers {
+        let _ = writeln!(
+            out,
+            "  {:<24} {:<14} {:?}{}",
+            layer.id,
+            layer.status.as_str(),
+            layer.reason,
+            if layer.required { "  (required)" } else { "" }
+        );
+    }
+    if !turn.providers.is_empty() {
+        let _ = writeln!(out, "\nproviders:");
+        for provider in &turn.providers {
+            let _ = writeln!(
+                out,
+                "  {:<24} {:<14} items={}{}",
+                provider.id,
+                provider.status.as_str(),
+                provider.items,
+                provider
+                    .detail
+                    .as_deref()
+                    .map(|d| format!(" detail={d}"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    for warning in &result.warnings {
+        let _ = writeln!(
+            out,
+            "\nwarning {}: provider {} has no fixture for this value",
+            warning.code, warning.provider
+        );
+    }
+    if turn.blocked {
+        let _ = writeln!(
+            out,
+            "\nBLOCKED by required layer(s): {}",
+            turn.blocking_layers.join(", ")
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "\nbudget: {} of {} bytes; {} material(s) selected, {} cut(s)",
+            turn.budget.used_bytes,
+            turn.budget.max_bytes,
+            turn.selections.len(),
+            turn.cuts.len()
+        );
+        let _ = writeln!(out, "\n----- rendered context -----");
+        out.push_str(turn.rendered.as_deref().unwrap_or_default());
+        let _ = writeln!(out, "----- end -----");
+    }
+    out
+}

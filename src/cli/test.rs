@@ -1,0 +1,43 @@
+//! `ctxd test PROJECT.json [--format human|json|junit]`: run the Context Tests.
+
+use crate::fixtures::{render_human, render_junit, run_tests};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// The Project or Build whose tests to run
+    pub project: PathBuf,
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+    /// Treat UNKNOWN tests (a provider without a fixture) as failures
+    #[arg(long)]
+    pub strict: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Human,
+    Json,
+    Junit,
+}
+
+pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
+    let project = super::load_project(&args.project)?;
+    let report = run_tests(&project);
+    match args.format {
+        Format::Human => print!(
+            "{}",
+            render_human(&report, &args.project.display().to_string())
+        ),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Junit => print!("{}", render_junit(&report)),
+    }
+    let failed = !report.all_passed() || (args.strict && report.unknown > 0);
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

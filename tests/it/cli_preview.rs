@@ -1,0 +1,159 @@
+//! `ctxd preview`.
+
+use crate::support::{ctxd, demo_project, stderr_of, stdout_of};
+use serde_json::Value;
+
+#[test]
+fn preview_renders_the_demo_turn_from_fixtures() {
+    let output = ctxd()
+        .args([
+            "preview",
+            demo_project().to_str().unwrap(),
+            "--input",
+            "customerId=CUST-1042",
+            "--objective",
+            "support",
+            "--consumer",
+            "support-agent",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let text = stdout_of(&output);
+    assert!(text.contains("source TEST_FIXTURE"));
+    assert!(text.contains("customer-profile         INCLUDED"), "{text}");
+    assert!(text.contains("DATA NOTICE"));
+    assert!(text.contains("Nordwind Logistics GmbH"));
+    assert!(text.contains("Two sensors report offline"));
+}
+
+#[test]
+fn preview_json_reports_statuses_sources_and_selections() {
+    let output = ctxd()
+        .args([
+            "preview",
+            demo_project().to_str().unwrap(),
+            "--input",
+            "customerId=CUST-1042",
+            "--objective",
+            "billing",
+            "--consumer",
+            "support-agent",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let result: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(result["blocked"], false);
+    let statuses: Vec<(String, String)> = result["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["id"].as_str().unwrap().into(),
+                l["status"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("policy".into(), "INCLUDED".into()),
+            ("customer-profile".into(), "INCLUDED".into()),
+            ("orders".into(), "INCLUDED".into()),
+            ("open-tickets".into(), "NOT_REQUESTED".into()),
+        ]
+    );
+    for provider in result["providers"].as_array().unwrap() {
+        assert_eq!(provider["source"], "TEST_FIXTURE");
+    }
+    assert!(result["selections"].as_array().unwrap().len() >= 3);
+    // Preview is reproducible.
+    let again = ctxd()
+        .args([
+            "preview",
+            demo_project().to_str().unwrap(),
+            "--input",
+            "customerId=CUST-1042",
+            "--objective",
+            "billing",
+            "--consumer",
+            "support-agent",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.stdout, again.stdout);
+}
+
+#[test]
+fn a_value_without_a_fixture_is_not_evaluated_and_warned() {
+    let output = ctxd()
+        .args([
+            "preview",
+            demo_project().to_str().unwrap(),
+            "--input",
+            "customerId=CUST-9999",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let result: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(result["providers"][0]["status"], "NOT_EVALUATED");
+    assert_eq!(result["warnings"][0]["code"], "PROVIDER_FIXTURE_MISSING");
+    assert_eq!(
+        result["blocked"], true,
+        "the required profile's facts are unknown"
+    );
+}
+
+#[test]
+fn a_malformed_value_is_never_looked_up() {
+    let output = ctxd()
+        .args([
+            "preview",
+            demo_project().to_str().unwrap(),
+            "--input",
+            "customerId=../../etc/passwd",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let result: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(result["providers"][0]["status"], "INVALID_REQUEST");
+    assert_eq!(result["providers"][0]["detail"], "VALUE_FAILS_BASE_GRAMMAR");
+    assert_eq!(result["blocked"], true);
+}
+
+#[test]
+fn bad_arguments_name_the_problem() {
+    let output = ctxd()
+        .args([
+            "preview",
+            demo_project().to_str().unwrap(),
+            "--input",
+            "customerId",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr_of(&output).contains("--input \"customerId\": expected KEY=VALUE"));
+    let output = ctxd()
+        .args([
+            "preview",
+            demo_project().to_str().unwrap(),
+            "--input",
+            "customerId=CUST-1042",
+            "--profile",
+            "nope",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr_of(&output).contains("unknown profile \"nope\""));
+}

@@ -1,0 +1,7 @@
+//! Integration tests: the `ctxd` binary run as a user would, on real files.
+
+mod cli_build;
+mod cli_preview;
+mod cli_test;
+mod cli_validate;
+mod support;
