@@ -682,8 +682,7 @@ mod tests {
     #[test]
     fn the_shipped_config_loads_with_the_demo_key() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/ctxd.toml");
-        let config =
-            ServerConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let config = ServerConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
         let demo = config.tenant("demo").unwrap();
         assert_eq!(
             demo.api_key,
