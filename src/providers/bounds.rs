@@ -52,6 +52,16 @@ impl BoundsViolation {
             BoundsViolation::SecretDetected { .. } => ProviderStatus::SecretDetected,
         }
     }
+
+    /// The outcome detail: which limit, or the secret detector's name (never the secret).
+    pub fn detail(&self) -> &'static str {
+        match self {
+            BoundsViolation::TooManyItems { .. } => super::detail::TOO_MANY_ITEMS,
+            BoundsViolation::ItemTooLarge { .. } => super::detail::ITEM_TOO_LARGE,
+            BoundsViolation::InvalidItem { .. } => super::detail::MALFORMED,
+            BoundsViolation::SecretDetected { detector, .. } => detector,
+        }
+    }
 }
 
 /// Checks items against the requested limit (and MAX_ITEMS), the per-item size, item

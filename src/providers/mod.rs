@@ -1,5 +1,154 @@
 //! Provider implementations and the rules every provider answer passes: bounds and
-//! secret scanning.
+//! secret scanning. Implementations are plain async code with no actor types: a
+//! `ProviderActor` owns them and grants their use; callers run the I/O.
 
 pub mod bounds;
+pub mod http;
 pub mod secrets;
+pub mod sqlite;
+
+use std::fmt;
+use tokio::time::Instant;
+
+/// One lookup as a provider implementation sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct LookupCall<'a> {
+    /// Provider id (from the Project), sent on the wire and used in messages.
+    pub provider: &'a str,
+    /// Lookup key name.
+    pub key: &'a str,
+    /// The lookup value: validated by gating; never logged.
+    pub value: &'a str,
+    /// Most items the answer may hold.
+    pub limit: u32,
+    /// The call must be answered by then: the earlier of the provider's timeout and the
+    /// turn's deadline. Past it the outcome is `TIMEOUT`.
+    pub deadline: Instant,
+}
+
+/// A credential read from the environment. Its value is never printed: `Debug` and
+/// `Display` show a placeholder.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The value, for the one place that sends it (the `Authorization` header) and the
+    /// reflection check.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Fast-failure and refusal details that several provider types share.
+pub mod detail {
+    pub const CIRCUIT_OPEN: &str = "CIRCUIT_OPEN";
+    pub const OVERLOADED: &str = "OVERLOADED";
+    pub const REDIRECT_REFUSED: &str = "REDIRECT_REFUSED";
+    pub const CREDENTIAL_REFLECTED: &str = "CREDENTIAL_REFLECTED";
+    pub const UNAUTHORIZED: &str = "UNAUTHORIZED";
+    pub const CONNECT_FAILED: &str = "CONNECT_FAILED";
+    pub const CONNECTION_RESET: &str = "CONNECTION_RESET";
+    pub const RESPONSE_TOO_LARGE: &str = "RESPONSE_TOO_LARGE";
+    pub const TOO_MANY_ITEMS: &str = "TOO_MANY_ITEMS";
+    pub const ITEM_TOO_LARGE: &str = "ITEM_TOO_LARGE";
+    pub const WRONG_CONTRACT: &str = "WRONG_CONTRACT";
+    pub const NO_LOOKUP_CAPABILITY: &str = "NO_LOOKUP_CAPABILITY";
+    pub const MALFORMED: &str = "MALFORMED";
+    pub const DEADLINE: &str = "DEADLINE";
+    /// `TIMEOUT`: the budget ran out while waiting for a pooled connection.
+    pub const POOL_EXHAUSTED: &str = "POOL_EXHAUSTED";
+    /// `UNAVAILABLE`: the pool was closed (shutdown).
+    pub const POOL_CLOSED: &str = "POOL_CLOSED";
+    /// `UNAVAILABLE`: the database failed (busy, locked, file gone, corrupt, I/O error).
+    pub const DATABASE_ERROR: &str = "DATABASE_ERROR";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_never_print() {
+        let secret = Secret::new("s3cr3t-value");
+        assert!(!format!("{secret:?}").contains("s3cr3t"));
+        assert!(!format!("{secret}").contains("s3cr3t"));
+        assert_eq!(secret.expose(), "s3cr3t-value");
+    }
+}
+
+/// The implementation behind one provider binding. Cheap to clone: clones share the
+/// HTTP client's connection pool or the SQLite connection pool.
+#[derive(Clone)]
+pub enum Implementation {
+    Http(http::HttpProvider),
+    Sqlite(sqlite::SqliteProvider),
+}
+
+/// What a readiness probe learned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeReport {
+    /// The version the provider describes itself with (HTTP `describe`).
+    pub version: Option<String>,
+}
+
+impl Implementation {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Implementation::Http(_) => "http",
+            Implementation::Sqlite(_) => "sqlite",
+        }
+    }
+
+    pub async fn lookup(&self, call: &LookupCall<'_>) -> crate::kernel::Outcome {
+        match self {
+            Implementation::Http(provider) => provider.lookup(call).await,
+            Implementation::Sqlite(provider) => provider.lookup(call).await,
+        }
+    }
+
+    /// The readiness probe: `describe` for HTTP, a connection and a prepare for SQLite.
+    /// The error is a short description with status and detail, never a value.
+    pub async fn probe(&self, deadline: Instant) -> Result<ProbeReport, String> {
+        match self {
+            Implementation::Http(provider) => match provider.describe(deadline).await {
+                Ok(described) => Ok(ProbeReport {
+                    version: described.version,
+                }),
+                Err(outcome) => Err(match outcome.detail {
+                    Some(detail) => format!("{} ({detail})", outcome.status),
+                    None => outcome.status.to_string(),
+                }),
+            },
+            Implementation::Sqlite(provider) => {
+                match tokio::time::timeout_at(deadline, provider.check()).await {
+                    Ok(Ok(())) => Ok(ProbeReport { version: None }),
+                    Ok(Err(problem)) => Err(problem),
+                    Err(_) => Err("TIMEOUT".to_owned()),
+                }
+            }
+        }
+    }
+
+    /// Releases pooled connections (ordered shutdown).
+    pub fn close(&self) {
+        if let Implementation::Sqlite(provider) = self {
+            provider.close();
+        }
+    }
+}

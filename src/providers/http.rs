@@ -1,0 +1,771 @@
+//! The `context-provider.v1` HTTP provider: one `POST` per lookup or readiness probe to
+//! the endpoint exactly as bound, with every answer bounded, scanned and mapped to an
+//! explicit provider status. Plain async code; the provider actor owns the client.
+//!
+//! Order of checks on an answer, so that the strongest signal wins and nothing is read
+//! or parsed that need not be:
+//!
+//! 1. the whole exchange runs under the call's deadline (`TIMEOUT` / `DEADLINE`);
+//! 2. the bound secret in any response header value, whatever the status
+//!    (`SECRET_DETECTED` / `CREDENTIAL_REFLECTED`);
+//! 3. the status code ([`classify_status`]); a non-2xx body is drained (bounded) only to
+//!    look for the secret and to let the connection be reused;
+//! 4. a `Content-Length` over [`MAX_RESPONSE_BYTES`], refused before reading;
+//! 5. the body, streamed and cut off as soon as it exceeds the limit;
+//! 6. the secret anywhere in the body bytes, before parsing;
+//! 7. parsing: JSON shape, contract, then [`bounds::check_items`].
+//!
+//! Neither the lookup value nor the secret ever appears in an outcome, an error or a
+//! log line: failures carry only a status and a fixed detail.
+
+use super::bounds::{self, MAX_RESPONSE_BYTES};
+use super::{LookupCall, Secret, detail, secrets};
+use crate::config::PoolSettings;
+use crate::contract::{
+    CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse, ProviderStatus,
+    Source,
+};
+use crate::kernel::Outcome;
+use futures_util::StreamExt;
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use serde::Deserialize;
+use std::fmt;
+use std::time::Duration;
+use tokio::time::{Instant, timeout_at};
+use url::{Host, Url};
+
+/// Why an HTTP provider could not be set up. Messages never include the secret.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpSetupError {
+    #[error(
+        "http:// is only allowed to a loopback host (localhost, 127.0.0.0/8, [::1]), not {host:?}: use https://"
+    )]
+    InsecureEndpoint { host: String },
+    #[error("scheme {0:?} is not supported: use https:// (http:// only to a loopback host)")]
+    UnsupportedScheme(String),
+    #[error("the endpoint has no host")]
+    NoHost,
+    #[error("the endpoint carries a user name or password; credentials belong in the secret")]
+    CredentialsInEndpoint,
+    #[error("the endpoint has a query string or fragment; request data never goes in the URL")]
+    QueryInEndpoint,
+    #[error("the bound secret is empty")]
+    EmptySecret,
+    #[error("the bound secret cannot be sent in an HTTP header (control characters or non-ASCII)")]
+    SecretNotAHeaderValue,
+    #[error("cannot build the HTTP client")]
+    Client(#[source] reqwest::Error),
+}
+
+/// What a successful readiness probe learned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Described {
+    /// The version the provider reports for itself, if any.
+    pub version: Option<String>,
+}
+
+/// A `context-provider.v1` endpoint. Cloning is cheap and shares the connection pool.
+#[derive(Clone)]
+pub struct HttpProvider {
+    client: reqwest::Client,
+    endpoint: Url,
+    secret: Option<BoundSecret>,
+}
+
+/// The bound secret in the two forms the exchange needs, built once.
+#[derive(Clone)]
+struct BoundSecret {
+    /// `Bearer <secret>`, marked sensitive so the HTTP stack never prints it.
+    authorization: HeaderValue,
+    /// A literal matcher for the secret (memchr-backed), for the reflection check on
+    /// headers and bodies up to 1 MiB. Its `Debug` would print the secret: this type
+    /// deliberately has no `Debug`.
+    reflection: regex::bytes::Regex,
+}
+
+impl BoundSecret {
+    fn new(secret: &Secret) -> Result<Self, HttpSetupError> {
+        let value = secret.expose();
+        if value.is_empty() {
+            return Err(HttpSetupError::EmptySecret);
+        }
+        let mut authorization = HeaderValue::from_str(&format!("Bearer {value}"))
+            .map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
+        authorization.set_sensitive(true);
+        // An escaped literal always compiles; the error arm only guards against a size limit.
+        let reflection = regex::bytes::Regex::new(&regex::escape(value))
+            .map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
+        Ok(BoundSecret {
+            authorization,
+            reflection,
+        })
+    }
+
+    fn is_in(&self, bytes: &[u8]) -> bool {
+        self.reflection.is_match(bytes)
+    }
+
+    /// Every value of every header (and, for good measure, the names).
+    fn is_in_headers(&self, headers: &HeaderMap) -> bool {
+        headers
+            .iter()
+            .any(|(name, value)| self.is_in(value.as_bytes()) || self.is_in(name.as_ref()))
+    }
+}
+
+impl fmt::Debug for HttpProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpProvider")
+            .field("endpoint", &self.endpoint.as_str())
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpProvider {
+    /// Builds the client: redirects disabled, no proxy from the environment, no retries,
+    /// pool limits from `pool`, connect timeout `timeout`, rustls. Refuses an endpoint
+    /// that is not `https://` unless its host is loopback, and (like bindings) one with
+    /// credentials, a query or a fragment — defence in depth, bindings already check.
+    pub fn new(
+        endpoint: Url,
+        secret: Option<Secret>,
+        pool: &PoolSettings,
+        timeout: Duration,
+    ) -> Result<HttpProvider, HttpSetupError> {
+        check_endpoint(&endpoint)?;
+        let secret = secret.as_ref().map(BoundSecret::new).transpose()?;
+        let client = reqwest::Client::builder()
+            .tls_backend_rustls()
+            .redirect(reqwest::redirect::Policy::none())
+            .retry(reqwest::retry::never())
+            .no_proxy()
+            .pool_max_idle_per_host(pool.max_idle_per_host)
+            .pool_idle_timeout(pool.idle_timeout)
+            .connect_timeout(timeout)
+            .user_agent(concat!("ctxd/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(HttpSetupError::Client)?;
+        Ok(HttpProvider {
+            client,
+            endpoint,
+            secret,
+        })
+    }
+
+    /// The endpoint as bound.
+    pub fn endpoint(&self) -> &Url {
+        &self.endpoint
+    }
+
+    /// One lookup. Never panics; every failure is an outcome with a status and a detail.
+    /// The whole exchange (connect, headers, body) must finish by `call.deadline`.
+    pub async fn lookup(&self, call: &LookupCall<'_>) -> Outcome {
+        let request = LookupRequest::new(call.provider, call.key, call.value, call.limit);
+        let outcome = match serde_json::to_vec(&request) {
+            Ok(body) => match self.exchange_by(call.deadline, body).await {
+                Err(failed) => failed,
+                Ok(Answer::NotFound) => Outcome::status(ProviderStatus::NotFound, None, LIVE),
+                Ok(Answer::Body(bytes)) => parse_lookup(&bytes, call.limit),
+            },
+            Err(_) => failure(ProviderStatus::InvalidRequest, Some(detail::MALFORMED)),
+        };
+        tracing::debug!(
+            provider = %call.provider,
+            status = %outcome.status,
+            detail = outcome.detail.as_deref().unwrap_or(""),
+            "http provider call finished"
+        );
+        outcome
+    }
+
+    /// The readiness probe: `{"contract":"context-provider.v1","capability":"describe"}`.
+    /// `Ok` only for a 2xx answer with the right contract and the `lookup` capability.
+    pub async fn describe(&self, deadline: Instant) -> Result<Described, Outcome> {
+        let body = serde_json::to_vec(&DescribeRequest::default())
+            .map_err(|_| failure(ProviderStatus::InvalidRequest, Some(detail::MALFORMED)))?;
+        match self.exchange_by(deadline, body).await? {
+            Answer::NotFound => Err(Outcome::status(ProviderStatus::NotFound, None, LIVE)),
+            Answer::Body(bytes) => parse_describe(&bytes),
+        }
+    }
+
+    /// [`HttpProvider::exchange`] bounded by `deadline`. A deadline already past sends
+    /// nothing: no answer could arrive in time.
+    async fn exchange_by(&self, deadline: Instant, body: Vec<u8>) -> Result<Answer, Outcome> {
+        let timed_out = || failure(ProviderStatus::Timeout, Some(detail::DEADLINE));
+        if Instant::now() >= deadline {
+            return Err(timed_out());
+        }
+        timeout_at(deadline, self.exchange(body))
+            .await
+            .map_err(|_elapsed| timed_out())?
+    }
+
+    /// `POST`s `body` and reads a 2xx answer's body within the limits. Everything up to
+    /// parsing: transport, reflection, status and size.
+    async fn exchange(&self, body: Vec<u8>) -> Result<Answer, Outcome> {
+        let mut request = self
+            .client
+            .post(self.endpoint.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json")
+            .body(body);
+        if let Some(secret) = &self.secret {
+            request = request.header(AUTHORIZATION, secret.authorization.clone());
+        }
+        let response = request.send().await.map_err(|e| transport_failure(&e))?;
+
+        if let Some(secret) = &self.secret
+            && secret.is_in_headers(response.headers())
+        {
+            return Err(reflected());
+        }
+
+        let code = response.status().as_u16();
+        if let Some((status, detail)) = classify_status(code) {
+            // Drain a bounded error body: the secret may be echoed there (a 401 saying
+            // which token it refused), and a fully read body lets the connection be
+            // reused. Reading problems change nothing: the status already decided.
+            if response
+                .content_length()
+                .is_none_or(|length| length <= MAX_RESPONSE_BYTES as u64)
+            {
+                let echoed = match read_body(response, self.secret.as_ref()).await {
+                    Ok(bytes) => self.secret.as_ref().is_some_and(|s| s.is_in(&bytes)),
+                    Err(cut_short) => cut_short.status == ProviderStatus::SecretDetected,
+                };
+                if echoed {
+                    return Err(reflected());
+                }
+            }
+            return if status == ProviderStatus::NotFound {
+                Ok(Answer::NotFound)
+            } else {
+                Err(failure(status, detail))
+            };
+        }
+
+        if response
+            .content_length()
+            .is_some_and(|length| length > MAX_RESPONSE_BYTES as u64)
+        {
+            return Err(too_large());
+        }
+        let bytes = read_body(response, self.secret.as_ref()).await?;
+        if self.secret.as_ref().is_some_and(|s| s.is_in(&bytes)) {
+            return Err(reflected());
+        }
+        Ok(Answer::Body(bytes))
+    }
+}
+
+/// What an exchange produced, before parsing.
+enum Answer {
+    /// 404: no record.
+    NotFound,
+    /// A 2xx body, within the size limit and free of the secret.
+    Body(Vec<u8>),
+}
+
+const LIVE: Source = Source::Live;
+
+fn failure(status: ProviderStatus, detail: Option<&str>) -> Outcome {
+    Outcome::status(status, detail.map(str::to_owned), LIVE)
+}
+
+fn reflected() -> Outcome {
+    failure(
+        ProviderStatus::SecretDetected,
+        Some(detail::CREDENTIAL_REFLECTED),
+    )
+}
+
+fn too_large() -> Outcome {
+    failure(
+        ProviderStatus::LimitExceeded,
+        Some(detail::RESPONSE_TOO_LARGE),
+    )
+}
+
+/// Maps a response status to the outcome it gives, or `None` for 2xx (parse the body).
+///
+/// 404 is "no record"; 401/403 mean the bound secret was refused; every 3xx is a
+/// redirect, never followed; any other status is the provider being unavailable, with
+/// the code as detail (`HTTP_503`).
+pub fn classify_status(code: u16) -> Option<(ProviderStatus, Option<&'static str>)> {
+    match code {
+        200..=299 => None,
+        404 => Some((ProviderStatus::NotFound, None)),
+        401 | 403 => Some((ProviderStatus::Unavailable, Some(detail::UNAUTHORIZED))),
+        300..=399 => Some((
+            ProviderStatus::InvalidResponse,
+            Some(detail::REDIRECT_REFUSED),
+        )),
+        100..=999 => Some((ProviderStatus::Unavailable, Some(http_code_detail(code)))),
+        // Not an HTTP status at all (the HTTP stack never produces one).
+        _ => Some((ProviderStatus::InvalidResponse, Some(detail::MALFORMED))),
+    }
+}
+
+/// `HTTP_100` … `HTTP_999`, built at compile time so details stay `&'static str`.
+static HTTP_CODE_DETAILS: [[u8; 8]; 900] = {
+    let mut table = [*b"HTTP_000"; 900];
+    let mut index = 0;
+    while index < 900 {
+        let code = index + 100;
+        table[index][5] = b'0' + (code / 100) as u8;
+        table[index][6] = b'0' + (code / 10 % 10) as u8;
+        table[index][7] = b'0' + (code % 10) as u8;
+        index += 1;
+    }
+    table
+};
+
+fn http_code_detail(code: u16) -> &'static str {
+    usize::from(code)
+        .checked_sub(100)
+        .and_then(|index| HTTP_CODE_DETAILS.get(index))
+        .and_then(|bytes| std::str::from_utf8(bytes).ok())
+        .unwrap_or(detail::MALFORMED)
+}
+
+/// A transport error as an outcome. reqwest's own messages carry the URL and are never
+/// used: only the error's kind is.
+fn transport_failure(error: &reqwest::Error) -> Outcome {
+    if error.is_connect() {
+        // Refused, unreachable, DNS, TLS handshake, connect timeout.
+        failure(ProviderStatus::Unavailable, Some(detail::CONNECT_FAILED))
+    } else if error.is_timeout() {
+        failure(ProviderStatus::Timeout, Some(detail::DEADLINE))
+    } else if error.is_builder() {
+        failure(ProviderStatus::InvalidRequest, None)
+    } else {
+        // The connection closed or was reset after it was established: before the
+        // response head (`is_request`, hyper `IncompleteMessage`) or while the body was
+        // streaming — reqwest 0.13 reports those as `is_decode`, not `is_body`, with
+        // hyper `IncompleteBody` or an `io::ErrorKind::ConnectionReset` underneath.
+        failure(ProviderStatus::Unavailable, Some(detail::CONNECTION_RESET))
+    }
+}
+
+/// Streams a body into memory, stopping as soon as it exceeds [`MAX_RESPONSE_BYTES`].
+/// When the body is too large, the part read is still checked for the secret: a
+/// reflected credential is the stronger finding.
+async fn read_body(
+    response: reqwest::Response,
+    secret: Option<&BoundSecret>,
+) -> Result<Vec<u8>, Outcome> {
+    let capacity = response
+        .content_length()
+        .map_or(0, |length| length.min(MAX_RESPONSE_BYTES as u64) as usize);
+    let mut bytes = Vec::with_capacity(capacity);
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| transport_failure(&e))?;
+        if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            // Keep the overlap so a secret split across the cut is still seen.
+            let room = MAX_RESPONSE_BYTES - bytes.len();
+            bytes.extend_from_slice(&chunk[..room]);
+            return Err(if secret.is_some_and(|s| s.is_in(&bytes)) {
+                reflected()
+            } else {
+                too_large()
+            });
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// Just enough of any answer to tell a foreign contract from a malformed body.
+#[derive(Deserialize)]
+struct Envelope {
+    contract: String,
+}
+
+/// Parses a failed body again, loosely, to report `WRONG_CONTRACT` for an answer of
+/// another contract whatever its shape; otherwise `MALFORMED`.
+fn shape_failure(bytes: &[u8]) -> Outcome {
+    match serde_json::from_slice::<Envelope>(bytes) {
+        Ok(envelope) if envelope.contract != CONTRACT => wrong_contract(),
+        _ => failure(ProviderStatus::InvalidResponse, Some(detail::MALFORMED)),
+    }
+}
+
+fn wrong_contract() -> Outcome {
+    failure(ProviderStatus::Incompatible, Some(detail::WRONG_CONTRACT))
+}
+
+/// A secret pattern in a provider-reported label that traces keep (version, revision).
+fn scan_label(label: Option<&str>) -> Result<(), Outcome> {
+    match label.and_then(secrets::scan) {
+        Some(detector) => Err(failure(
+            ProviderStatus::SecretDetected,
+            Some(detector.name()),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn parse_lookup(bytes: &[u8], limit: u32) -> Outcome {
+    let response: LookupResponse = match serde_json::from_slice(bytes) {
+        Ok(response) => response,
+        Err(_) => return shape_failure(bytes),
+    };
+    if response.contract != CONTRACT {
+        return wrong_contract();
+    }
+    if let Err(violation) = bounds::check_items(&response.items, limit) {
+        return failure(violation.status(), Some(violation.detail()));
+    }
+    if let Err(outcome) = scan_label(response.version.as_deref())
+        .and_then(|()| scan_label(response.revision.as_deref()))
+    {
+        return outcome;
+    }
+    let mut outcome = Outcome::items(response.items, response.currentness, LIVE);
+    outcome.version = response.version;
+    outcome.revision = response.revision;
+    outcome
+}
+
+fn parse_describe(bytes: &[u8]) -> Result<Described, Outcome> {
+    let response: DescribeResponse =
+        serde_json::from_slice(bytes).map_err(|_| shape_failure(bytes))?;
+    if response.contract != CONTRACT {
+        return Err(wrong_contract());
+    }
+    if !response.capabilities.iter().any(|c| c == "lookup") {
+        return Err(failure(
+            ProviderStatus::Incompatible,
+            Some(detail::NO_LOOKUP_CAPABILITY),
+        ));
+    }
+    scan_label(response.version.as_deref())?;
+    Ok(Described {
+        version: response.version,
+    })
+}
+
+/// `https://` anywhere, `http://` only to a loopback host; no credentials, query or
+/// fragment (nothing in the URL may vary per request or leak a credential into logs).
+fn check_endpoint(endpoint: &Url) -> Result<(), HttpSetupError> {
+    let Some(host) = endpoint.host().filter(|h| !matches!(h, Host::Domain(""))) else {
+        return Err(HttpSetupError::NoHost);
+    };
+    match endpoint.scheme() {
+        "https" => {}
+        "http" if is_loopback(&host) => {}
+        "http" => {
+            return Err(HttpSetupError::InsecureEndpoint {
+                host: host.to_string(),
+            });
+        }
+        other => return Err(HttpSetupError::UnsupportedScheme(other.to_owned())),
+    }
+    if !endpoint.username().is_empty() || endpoint.password().is_some() {
+        return Err(HttpSetupError::CredentialsInEndpoint);
+    }
+    if endpoint.query().is_some() || endpoint.fragment().is_some() {
+        return Err(HttpSetupError::QueryInEndpoint);
+    }
+    Ok(())
+}
+
+/// `localhost`, 127.0.0.0/8 and `::1`, exactly as bindings define loopback.
+fn is_loopback(host: &Host<&str>) -> bool {
+    match host {
+        Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
+        Host::Ipv4(ip) => ip.is_loopback(),
+        Host::Ipv6(ip) => ip.is_loopback(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::{Currentness, Item};
+    use serde_json::json;
+
+    #[test]
+    fn status_codes_map_to_outcomes() {
+        use ProviderStatus::*;
+        type Expected = Option<(ProviderStatus, Option<&'static str>)>;
+        let cases: &[(u16, Expected)] = &[
+            (200, None),
+            (201, None),
+            (204, None),
+            (299, None),
+            (404, Some((NotFound, None))),
+            (401, Some((Unavailable, Some("UNAUTHORIZED")))),
+            (403, Some((Unavailable, Some("UNAUTHORIZED")))),
+            (300, Some((InvalidResponse, Some("REDIRECT_REFUSED")))),
+            (301, Some((InvalidResponse, Some("REDIRECT_REFUSED")))),
+            (302, Some((InvalidResponse, Some("REDIRECT_REFUSED")))),
+            (304, Some((InvalidResponse, Some("REDIRECT_REFUSED")))),
+            (307, Some((InvalidResponse, Some("REDIRECT_REFUSED")))),
+            (308, Some((InvalidResponse, Some("REDIRECT_REFUSED")))),
+            (399, Some((InvalidResponse, Some("REDIRECT_REFUSED")))),
+            (400, Some((Unavailable, Some("HTTP_400")))),
+            (405, Some((Unavailable, Some("HTTP_405")))),
+            (429, Some((Unavailable, Some("HTTP_429")))),
+            (499, Some((Unavailable, Some("HTTP_499")))),
+            (500, Some((Unavailable, Some("HTTP_500")))),
+            (502, Some((Unavailable, Some("HTTP_502")))),
+            (503, Some((Unavailable, Some("HTTP_503")))),
+            (504, Some((Unavailable, Some("HTTP_504")))),
+            (599, Some((Unavailable, Some("HTTP_599")))),
+            (100, Some((Unavailable, Some("HTTP_100")))),
+            (101, Some((Unavailable, Some("HTTP_101")))),
+            (600, Some((Unavailable, Some("HTTP_600")))),
+            (999, Some((Unavailable, Some("HTTP_999")))),
+            (0, Some((InvalidResponse, Some("MALFORMED")))),
+            (99, Some((InvalidResponse, Some("MALFORMED")))),
+            (1000, Some((InvalidResponse, Some("MALFORMED")))),
+            (u16::MAX, Some((InvalidResponse, Some("MALFORMED")))),
+        ];
+        for (code, expected) in cases {
+            assert_eq!(classify_status(*code), *expected, "status {code}");
+        }
+        for code in 100..=999u16 {
+            if let Some((_, Some(detail))) = classify_status(code)
+                && detail.starts_with("HTTP_")
+            {
+                assert_eq!(detail, format!("HTTP_{code}"));
+            }
+        }
+    }
+
+    #[test]
+    fn endpoints_must_be_https_unless_loopback() {
+        let accepted = [
+            "https://crm.internal/context",
+            "https://10.0.0.1:8443/v1/context",
+            "http://localhost:8080/context",
+            "http://LOCALHOST/context",
+            "http://127.0.0.1:9000/context",
+            "http://127.1.2.3/context",
+            "http://[::1]:9000/context",
+        ];
+        for text in accepted {
+            let url = Url::parse(text).unwrap();
+            check_endpoint(&url).unwrap_or_else(|e| panic!("{text}: {e}"));
+        }
+        let refused: &[(&str, &str)] = &[
+            ("http://crm.internal/context", "only allowed to a loopback"),
+            ("http://10.0.0.1/context", "only allowed to a loopback"),
+            ("http://localhost.evil.com/context", "only allowed"),
+            ("http://api.localhost/context", "only allowed"),
+            ("http://[::2]/context", "only allowed"),
+            ("ftp://crm.internal/context", "not supported"),
+            ("file:///etc/passwd", "no host"),
+            (
+                "https://user:pw@crm.internal/context",
+                "user name or password",
+            ),
+            ("https://crm.internal/context?k=v", "query string"),
+            ("https://crm.internal/context#x", "query string or fragment"),
+        ];
+        for (text, needle) in refused {
+            let url = Url::parse(text).unwrap();
+            let error = check_endpoint(&url).unwrap_err().to_string();
+            assert!(error.contains(needle), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn setup_refuses_unusable_secrets_without_printing_them() {
+        let url = Url::parse("https://crm.internal/context").unwrap();
+        let pool = PoolSettings::default();
+        let timeout = Duration::from_millis(500);
+        let empty = HttpProvider::new(url.clone(), Some(Secret::new("")), &pool, timeout);
+        assert!(matches!(empty, Err(HttpSetupError::EmptySecret)));
+        let bad = HttpProvider::new(url.clone(), Some(Secret::new("a\nb-zzz")), &pool, timeout);
+        let error = bad.unwrap_err();
+        assert!(matches!(error, HttpSetupError::SecretNotAHeaderValue));
+        assert!(!format!("{error} {error:?}").contains("zzz"));
+        let provider =
+            HttpProvider::new(url, Some(Secret::new("tok-zzz.1")), &pool, timeout).unwrap();
+        assert!(!format!("{provider:?}").contains("zzz"));
+    }
+
+    #[test]
+    fn reflection_matches_the_literal_secret() {
+        let secret = BoundSecret::new(&Secret::new("a.b*c+")).unwrap();
+        assert!(secret.is_in(b"xx a.b*c+ yy"));
+        assert!(!secret.is_in(b"aXb*c+ and abbbc"));
+        assert!(secret.authorization.is_sensitive());
+    }
+
+    fn lookup_body(value: serde_json::Value) -> Vec<u8> {
+        serde_json::to_vec(&value).unwrap()
+    }
+
+    #[test]
+    fn lookup_bodies_parse_to_outcomes() {
+        let ok = parse_lookup(
+            &lookup_body(json!({
+                "contract": CONTRACT, "version": "5.0.1", "revision": "crm-r9",
+                "currentness": "STALE",
+                "items": [{"id": "CUST-1042", "content": "x", "updatedAt": "2026-10-08"}]
+            })),
+            2,
+        );
+        assert_eq!(ok.status, ProviderStatus::Ok);
+        assert_eq!(ok.currentness, Currentness::Stale);
+        assert_eq!(ok.version.as_deref(), Some("5.0.1"));
+        assert_eq!(ok.revision.as_deref(), Some("crm-r9"));
+        assert_eq!(ok.source, Source::Live);
+        assert_eq!(
+            ok.items,
+            [Item {
+                id: "CUST-1042".into(),
+                title: None,
+                content: "x".into(),
+                metadata: Default::default(),
+                updated_at: Some("2026-10-08".into()),
+            }]
+        );
+
+        let empty = parse_lookup(&lookup_body(json!({"contract": CONTRACT, "items": []})), 2);
+        assert_eq!(
+            (empty.status, empty.items.len(), empty.currentness),
+            (ProviderStatus::Ok, 0, Currentness::Unknown)
+        );
+
+        let github = format!("{}{}", "ghp_", "a".repeat(36));
+        let cases: &[(Vec<u8>, ProviderStatus, &str)] = &[
+            (
+                b"not json".to_vec(),
+                ProviderStatus::InvalidResponse,
+                "MALFORMED",
+            ),
+            (b"[]".to_vec(), ProviderStatus::InvalidResponse, "MALFORMED"),
+            (
+                lookup_body(json!({"contract": CONTRACT, "items": {}})),
+                ProviderStatus::InvalidResponse,
+                "MALFORMED",
+            ),
+            (
+                lookup_body(json!({"contract": CONTRACT})),
+                ProviderStatus::InvalidResponse,
+                "MALFORMED",
+            ),
+            (
+                lookup_body(json!({"items": []})),
+                ProviderStatus::InvalidResponse,
+                "MALFORMED",
+            ),
+            (
+                lookup_body(json!({"contract": 1, "items": []})),
+                ProviderStatus::InvalidResponse,
+                "MALFORMED",
+            ),
+            (
+                lookup_body(json!({"contract": CONTRACT, "currentness": "FRESH", "items": []})),
+                ProviderStatus::InvalidResponse,
+                "MALFORMED",
+            ),
+            (
+                lookup_body(json!({"contract": CONTRACT, "items": [{"id": "a", "extra": 1}]})),
+                ProviderStatus::InvalidResponse,
+                "MALFORMED",
+            ),
+            (
+                lookup_body(json!({"contract": CONTRACT, "items": [{"id": ""}]})),
+                ProviderStatus::InvalidResponse,
+                "MALFORMED",
+            ),
+            (
+                lookup_body(json!({"contract": "context-provider.v2", "items": []})),
+                ProviderStatus::Incompatible,
+                "WRONG_CONTRACT",
+            ),
+            (
+                lookup_body(json!({"contract": "context-provider.v2", "records": 7})),
+                ProviderStatus::Incompatible,
+                "WRONG_CONTRACT",
+            ),
+            (
+                lookup_body(
+                    json!({"contract": CONTRACT, "items": [{"id": "a"}, {"id": "b"}, {"id": "c"}]}),
+                ),
+                ProviderStatus::LimitExceeded,
+                "TOO_MANY_ITEMS",
+            ),
+            (
+                lookup_body(
+                    json!({"contract": CONTRACT, "items": [{"id": "a", "content": "x".repeat(70_000)}]}),
+                ),
+                ProviderStatus::LimitExceeded,
+                "ITEM_TOO_LARGE",
+            ),
+            (
+                lookup_body(
+                    json!({"contract": CONTRACT, "items": [{"id": "a", "content": github}]}),
+                ),
+                ProviderStatus::SecretDetected,
+                "github_token",
+            ),
+            (
+                lookup_body(json!({"contract": CONTRACT, "revision": github, "items": []})),
+                ProviderStatus::SecretDetected,
+                "github_token",
+            ),
+        ];
+        for (body, status, detail) in cases {
+            let outcome = parse_lookup(body, 2);
+            assert_eq!(
+                (outcome.status, outcome.detail.as_deref()),
+                (*status, Some(*detail)),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+            assert!(outcome.items.is_empty());
+        }
+    }
+
+    #[test]
+    fn describe_bodies_parse_to_results() {
+        let ok = parse_describe(&lookup_body(json!({
+            "contract": CONTRACT, "version": "5.0.1", "capabilities": ["describe", "lookup"]
+        })));
+        assert_eq!(
+            ok,
+            Ok(Described {
+                version: Some("5.0.1".into())
+            })
+        );
+        let cases: &[(serde_json::Value, ProviderStatus, &str)] = &[
+            (
+                json!({"contract": "context-provider.v0", "capabilities": ["lookup"]}),
+                ProviderStatus::Incompatible,
+                "WRONG_CONTRACT",
+            ),
+            (
+                json!({"contract": CONTRACT, "capabilities": ["describe"]}),
+                ProviderStatus::Incompatible,
+                "NO_LOOKUP_CAPABILITY",
+            ),
+            (
+                json!({"contract": CONTRACT}),
+                ProviderStatus::Incompatible,
+                "NO_LOOKUP_CAPABILITY",
+            ),
+            (
+                json!({"contract": CONTRACT, "capabilities": "lookup"}),
+                ProviderStatus::InvalidResponse,
+                "MALFORMED",
+            ),
+        ];
+        for (body, status, detail) in cases {
+            let outcome = parse_describe(&lookup_body(body.clone())).unwrap_err();
+            assert_eq!(
+                (outcome.status, outcome.detail.as_deref()),
+                (*status, Some(*detail)),
+                "{body}"
+            );
+        }
+    }
+}

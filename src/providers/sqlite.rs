@@ -1,0 +1,1599 @@
+//! The read-only SQLite provider: one bound query over one database file, the lookup
+//! value as its only parameter (`?1`), rows mapped to items.
+//!
+//! Safety comes from how connections are made, not from reading the SQL:
+//! - every pooled connection is opened with `SQLITE_OPEN_READ_ONLY | SQLITE_OPEN_URI |
+//!   SQLITE_OPEN_NO_MUTEX` on `file://<percent-encoded absolute path>?mode=ro`, then gets
+//!   `PRAGMA query_only = ON`, defensive mode, untrusted schema, and last an authorizer
+//!   that allows only `SELECT`, column reads (not of `pragma_*` table-valued functions),
+//!   recursive CTEs and an allowlist of built-in functions; everything else (writes, DDL,
+//!   `ATTACH`, `PRAGMA`, transactions, `random()`…) fails when the statement is prepared;
+//! - [`SqliteProvider::open`] prepares the query once through that same path and refuses
+//!   it unless it is a single statement that SQLite reports read-only
+//!   (`sqlite3_stmt_readonly`: this catches `VACUUM`, which never reaches the authorizer
+//!   while being prepared), whose only parameter is `?1` and which returns an `id`
+//!   column. Each lookup checks read-only again before stepping.
+//!
+//! deadpool-sqlite 0.14 opens connections with `Connection::open` (default flags) and
+//! offers no way to pass flags, so its manager is given the `mode=ro` URI (it never
+//! creates or writes the file) and a `post_create` hook replaces that connection with one
+//! opened with the read-only flags above before hardening it. Every connection the pool
+//! hands out has been through the hook.
+//!
+//! Time: the call's deadline bounds the wait for a connection (`timeout_at`), lock waits
+//! (`busy_timeout` = the remaining budget) and the statement itself (a progress handler
+//! that interrupts SQLite once the deadline passes; removed after the statement, so a
+//! pooled connection never keeps an old deadline).
+//!
+//! Outcomes: rows → `OK` (zero rows → `OK` with no items), source `LIVE`, currentness
+//! `CURRENT` (the database is the system of record); the budget running out → `TIMEOUT`
+//! (`DEADLINE` inside SQLite, [`POOL_EXHAUSTED`] while waiting for a connection); a
+//! closed pool → `UNAVAILABLE` [`POOL_CLOSED`]; any other database failure (busy, file
+//! gone, corrupt) → `UNAVAILABLE` [`DATABASE_ERROR`]; a row that cannot be mapped →
+//! `INVALID_RESPONSE` `MALFORMED`; then the shared bounds and secret checks. Lookup-time
+//! failures are logged with the SQLite error code only: no message, so no value.
+//!
+//! Shutdown: a pooled connection is dropped on tokio's blocking pool, which panics
+//! outside a runtime. [`SqliteProvider::close`] (and the drop of the last clone) closes
+//! the pool inside the current runtime, or inside a small temporary one when there is
+//! none, so neither can abort the process.
+
+use super::{LookupCall, bounds, detail};
+use crate::config::PoolSettings;
+use crate::contract::{Currentness, Item, ProviderStatus, Source};
+use crate::kernel::Outcome;
+use deadpool_sqlite::{Config, Hook, HookError, Pool, PoolConfig, PoolError, Runtime};
+use rusqlite::config::DbConfig;
+use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, ErrorCode, OpenFlags, Row, Statement};
+use serde_json::{Map, Number, Value};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant as StdInstant};
+
+use detail::{DATABASE_ERROR, POOL_CLOSED, POOL_EXHAUSTED};
+
+/// SQLite virtual machine steps between two deadline checks: small enough to stop within
+/// well under a millisecond, large enough that the check costs nothing measurable.
+const PROGRESS_STEPS: std::ffi::c_int = 1000;
+/// Bound on a readiness check and on the checks `open` runs.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Built-in functions a query may call: deterministic scalar, aggregate, window, JSON
+/// and math functions, plus the date and time functions (read-only; `'now'` reads the
+/// clock). Not allowed: `random`, `randomblob`, `changes`, `last_insert_rowid`,
+/// `load_extension`, `sqlite_*`, `fts3_tokenizer` and anything not listed.
+#[rustfmt::skip]
+const ALLOWED_FUNCTIONS: &[&str] = &[
+    // core scalar
+    "abs", "char", "coalesce", "concat", "concat_ws", "format", "glob", "hex", "if",
+    "ifnull", "iif", "instr", "length", "like", "likelihood", "likely", "lower", "ltrim",
+    "max", "min", "nullif", "octet_length", "printf", "quote", "replace", "round", "rtrim",
+    "sign", "soundex", "substr", "substring", "trim", "typeof", "unhex", "unicode",
+    "unistr", "unistr_quote", "unlikely", "upper", "zeroblob",
+    // aggregate
+    "avg", "count", "group_concat", "string_agg", "sum", "total",
+    // window
+    "row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile", "lag",
+    "lead", "first_value", "last_value", "nth_value",
+    // date and time
+    "date", "time", "datetime", "julianday", "unixepoch", "strftime", "timediff",
+    // JSON
+    "json", "jsonb", "json_array", "jsonb_array", "json_array_length", "json_extract",
+    "jsonb_extract", "json_insert", "jsonb_insert", "json_object", "jsonb_object",
+    "json_patch", "jsonb_patch", "json_quote", "json_remove", "jsonb_remove",
+    "json_replace", "jsonb_replace", "json_set", "jsonb_set", "json_type", "json_valid",
+    "json_group_array", "jsonb_group_array", "json_group_object", "jsonb_group_object",
+    "json_each", "json_tree", "json_pretty",
+    // math
+    "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "ceiling", "cos",
+    "cosh", "degrees", "exp", "floor", "ln", "log", "log10", "log2", "mod", "pi", "pow",
+    "power", "radians", "sin", "sinh", "sqrt", "tan", "tanh", "trunc",
+];
+
+/// A read-only SQLite provider. Cheap to clone: clones share the connection pool.
+#[derive(Clone)]
+pub struct SqliteProvider {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Connections opened read-only and hardened by the `post_create` hook; at most
+    /// `pool.max_size` of them, so at most that many lookups run inside SQLite at once.
+    pool: Pool,
+    /// The bound query, checked at `open`.
+    query: Arc<str>,
+    /// The absolute database path, for readiness messages.
+    database: PathBuf,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        close_pool(&self.pool);
+    }
+}
+
+/// Why a SQLite provider could not be set up. Messages name the file or the query
+/// problem; there is no lookup value at setup.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SqliteSetupError {
+    #[error("database {}: the file does not exist", .path.display())]
+    Missing { path: PathBuf },
+    #[error("database {}: cannot open it: {reason}", .path.display())]
+    Unreadable { path: PathBuf, reason: String },
+    #[error("database {}: not a SQLite database ({reason})", .path.display())]
+    NotADatabase { path: PathBuf, reason: String },
+    #[error("query: does not prepare as a read-only SELECT: {reason}")]
+    Query { reason: String },
+    #[error("query: must use ?1 as its only parameter ({found})")]
+    Parameters { found: String },
+    #[error("query: {problem}")]
+    Columns { problem: String },
+    #[error("database {}: connection pool: {reason}", .path.display())]
+    Pool { path: PathBuf, reason: String },
+}
+
+impl SqliteProvider {
+    /// Opens a pool on an existing database file, read-only, and checks up front that
+    /// the file opens and the query prepares with exactly one parameter (`?1`), is a
+    /// single read-only statement and returns an `id` column.
+    pub async fn open(
+        database: &Path,
+        query: &str,
+        pool: &PoolSettings,
+    ) -> Result<SqliteProvider, SqliteSetupError> {
+        let path = std::path::absolute(database).map_err(|error| SqliteSetupError::Unreadable {
+            path: database.to_path_buf(),
+            reason: error.to_string(),
+        })?;
+        match std::fs::metadata(&path) {
+            Ok(metadata) if metadata.is_file() => {}
+            Ok(_) => {
+                return Err(SqliteSetupError::Unreadable {
+                    path,
+                    reason: "not a regular file".to_owned(),
+                });
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Err(SqliteSetupError::Missing { path });
+            }
+            Err(error) => {
+                return Err(SqliteSetupError::Unreadable {
+                    path,
+                    reason: error.to_string(),
+                });
+            }
+        }
+
+        let uri: Arc<str> = read_only_uri(&path).into();
+        let mut config = Config::new(uri.as_ref());
+        config.pool = Some(PoolConfig::new(pool.max_size.max(1)));
+        let Ok(builder) = config.builder(Runtime::Tokio1);
+        let hook_uri = uri.clone();
+        let pool = builder
+            .post_create(Hook::async_fn(move |wrapper, _| {
+                let uri = hook_uri.clone();
+                Box::pin(async move {
+                    wrapper
+                        .interact(move |conn| harden(conn, &uri))
+                        .await
+                        .map_err(|error| HookError::message(error.to_string()))?
+                        .map_err(HookError::Backend)
+                })
+            }))
+            .build()
+            .map_err(|error| SqliteSetupError::Pool {
+                path: path.clone(),
+                reason: error.to_string(),
+            })?;
+
+        let provider = SqliteProvider {
+            inner: Arc::new(Inner {
+                pool,
+                query: query.into(),
+                database: path,
+            }),
+        };
+        provider.inspect().await?;
+        Ok(provider)
+    }
+
+    /// One lookup: binds the value as `?1`, reads at most `call.limit` rows (and never
+    /// more than [`bounds::MAX_ITEMS`]), maps columns to items and applies the bounds and
+    /// secret checks. `TIMEOUT` when `call.deadline` passes.
+    pub async fn lookup(&self, call: &LookupCall<'_>) -> Outcome {
+        let deadline = call.deadline;
+        let conn = match tokio::time::timeout_at(deadline, self.inner.pool.get()).await {
+            Err(_) => return failure(ProviderStatus::Timeout, POOL_EXHAUSTED),
+            Ok(Err(PoolError::Closed)) => {
+                return failure(ProviderStatus::Unavailable, POOL_CLOSED);
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(
+                    provider = call.provider,
+                    error = pool_error_kind(&error),
+                    "sqlite connection unavailable"
+                );
+                return failure(ProviderStatus::Unavailable, DATABASE_ERROR);
+            }
+            Ok(Ok(conn)) => conn,
+        };
+
+        let query = self.inner.query.clone();
+        let value = call.value.to_owned();
+        let limit = usize::try_from(call.limit)
+            .map_or(bounds::MAX_ITEMS, |limit| limit.min(bounds::MAX_ITEMS));
+        let sqlite_deadline = deadline.into_std();
+        let read =
+            conn.interact(move |conn| read_items(conn, &query, &value, limit, sqlite_deadline));
+        let read = match tokio::time::timeout_at(deadline, read).await {
+            Err(_) => return failure(ProviderStatus::Timeout, detail::DEADLINE),
+            Ok(Err(_)) => {
+                tracing::warn!(
+                    provider = call.provider,
+                    "sqlite lookup panicked or was cancelled"
+                );
+                return failure(ProviderStatus::Unavailable, DATABASE_ERROR);
+            }
+            Ok(Ok(read)) => read,
+        };
+        // Back to the pool before the CPU work of the checks.
+        drop(conn);
+
+        let items = match read {
+            Ok(items) => items,
+            Err(ReadError::Refused { status, detail }) => return failure(status, detail),
+            Err(ReadError::Sqlite(error)) => {
+                let (status, detail) = classify(&error);
+                if status == ProviderStatus::Unavailable {
+                    tracing::warn!(
+                        provider = call.provider,
+                        code = sqlite_code(&error),
+                        "sqlite lookup failed"
+                    );
+                }
+                return failure(status, detail);
+            }
+        };
+        if let Err(violation) = bounds::check_items(&items, call.limit) {
+            return failure(violation.status(), violation.detail());
+        }
+        Outcome::items(items, Currentness::Current, Source::Live)
+    }
+
+    /// Readiness: the file is still there, a connection can be had and the query still
+    /// prepares (with the same checks as `open`). The error is a short description with
+    /// status and detail; it never holds a lookup value.
+    pub async fn check(&self) -> Result<(), String> {
+        if self.inner.pool.is_closed() {
+            return Err(format!("UNAVAILABLE ({POOL_CLOSED})"));
+        }
+        if !self.inner.database.is_file() {
+            return Err(format!(
+                "UNAVAILABLE ({DATABASE_ERROR}): database {} is missing",
+                self.inner.database.display()
+            ));
+        }
+        self.inspect()
+            .await
+            .map_err(|error| format!("UNAVAILABLE ({DATABASE_ERROR}): {error}"))
+    }
+
+    /// Closes the pool: idle connections are closed now, checked-out ones when their
+    /// lookup ends; later lookups answer `UNAVAILABLE` (`POOL_CLOSED`). Safe to call
+    /// more than once, and outside a tokio runtime.
+    pub fn close(&self) {
+        close_pool(&self.inner.pool);
+    }
+
+    /// Gets a connection and runs the setup checks on the query through it.
+    async fn inspect(&self) -> Result<(), SqliteSetupError> {
+        let path = &self.inner.database;
+        let conn = match tokio::time::timeout(CHECK_TIMEOUT, self.inner.pool.get()).await {
+            Err(_) => {
+                return Err(SqliteSetupError::Pool {
+                    path: path.clone(),
+                    reason: format!("no connection within {CHECK_TIMEOUT:?}"),
+                });
+            }
+            Ok(Ok(conn)) => conn,
+            Ok(Err(error)) => return Err(setup_error(path, error)),
+        };
+        let query = self.inner.query.clone();
+        let checked = conn
+            .interact(move |conn| {
+                conn.busy_timeout(CHECK_TIMEOUT)
+                    .map_err(|error| SqliteSetupError::Query {
+                        reason: error.to_string(),
+                    })?;
+                inspect_query(conn, &query)
+            })
+            .await;
+        match checked {
+            Ok(result) => result,
+            Err(error) => Err(SqliteSetupError::Pool {
+                path: path.clone(),
+                reason: error.to_string(),
+            }),
+        }
+    }
+}
+
+fn failure(status: ProviderStatus, detail: &str) -> Outcome {
+    Outcome::status(status, Some(detail.to_owned()), Source::Live)
+}
+
+/// `file://<absolute path>?mode=ro`, every byte outside `[A-Za-z0-9/._~-]` percent-encoded
+/// (SQLite decodes `%HH` in URI paths; `?`, `#` and `%` would otherwise end or corrupt it).
+fn read_only_uri(absolute: &Path) -> String {
+    let mut uri = String::from("file://");
+    for &byte in absolute.as_os_str().as_encoded_bytes() {
+        if byte.is_ascii_alphanumeric() || b"/._~-".contains(&byte) {
+            uri.push(char::from(byte));
+        } else {
+            let _ = write!(uri, "%{byte:02X}");
+        }
+    }
+    uri.push_str("?mode=ro");
+    uri
+}
+
+/// Opens the connection every lookup uses: read-only flags, `query_only`, defensive
+/// mode, then the authorizer (last: from then on not even a `PRAGMA` prepares).
+fn connect(uri: &str) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        uri,
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    // Reads the header: a file that is not a database fails here, with NOTADB.
+    conn.query_row("PRAGMA schema_version", [], |row| row.get::<_, i64>(0))?;
+    conn.pragma_update(None, "query_only", true)?;
+    let query_only: bool = conn.pragma_query_value(None, "query_only", |row| row.get(0))?;
+    if !query_only {
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+            Some("PRAGMA query_only did not take effect".to_owned()),
+        ));
+    }
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true)?;
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_TRUSTED_SCHEMA, false)?;
+    conn.authorizer(Some(authorize))?;
+    Ok(conn)
+}
+
+/// The `post_create` hook's work: replaces the connection deadpool opened (default
+/// flags, `mode=ro` URI) with one from [`connect`].
+fn harden(conn: &mut Connection, uri: &str) -> rusqlite::Result<()> {
+    *conn = connect(uri)?;
+    Ok(())
+}
+
+/// The authorizer: a statement prepares only if every action in it is allowed.
+fn authorize(context: AuthContext<'_>) -> Authorization {
+    match context.action {
+        AuthAction::Select | AuthAction::Recursive => Authorization::Allow,
+        // `pragma_*` tables are PRAGMAs spelled as table-valued functions.
+        AuthAction::Read { table_name, .. } if is_pragma_table(table_name) => Authorization::Deny,
+        AuthAction::Read { .. } => Authorization::Allow,
+        AuthAction::Function { function_name }
+            if ALLOWED_FUNCTIONS
+                .iter()
+                .any(|allowed| allowed.eq_ignore_ascii_case(function_name)) =>
+        {
+            Authorization::Allow
+        }
+        _ => Authorization::Deny,
+    }
+}
+
+fn is_pragma_table(table_name: &str) -> bool {
+    table_name
+        .get(..7)
+        .is_some_and(|prefix| prefix.eq_ignore_ascii_case("pragma_"))
+}
+
+/// The setup checks on the query, run on a pooled (hardened) connection.
+fn inspect_query(conn: &Connection, query: &str) -> Result<(), SqliteSetupError> {
+    let unprepared = |error: rusqlite::Error| SqliteSetupError::Query {
+        reason: error.to_string(),
+    };
+    // A statement that reads the file notices a schema changed by another process;
+    // `prepare` alone would trust the schema this connection loaded earlier.
+    conn.query_row("SELECT count(*) FROM sqlite_schema", [], |row| {
+        row.get::<_, i64>(0)
+    })
+    .map_err(unprepared)?;
+    // Not the statement cache: a cached statement would pass without a fresh prepare.
+    let statement = conn.prepare(query).map_err(unprepared)?;
+    if !statement.readonly() {
+        return Err(SqliteSetupError::Query {
+            reason: "the statement may write".to_owned(),
+        });
+    }
+    let count = statement.parameter_count();
+    if count != 1 || statement.parameter_name(1) != Some("?1") {
+        let names: Vec<&str> = (1..=count)
+            .filter_map(|index| statement.parameter_name(index))
+            .collect();
+        let found = match (count, names.is_empty()) {
+            (0, _) => "it has no parameter".to_owned(),
+            (_, true) => format!("it has {count} anonymous parameter(s)"),
+            (_, false) => format!("it has {count} parameter slot(s): {}", names.join(", ")),
+        };
+        return Err(SqliteSetupError::Parameters { found });
+    }
+    Layout::of(&statement).map_err(|problem| SqliteSetupError::Columns {
+        problem: problem.to_owned(),
+    })?;
+    Ok(())
+}
+
+fn setup_error(path: &Path, error: PoolError) -> SqliteSetupError {
+    let path = path.to_path_buf();
+    match error {
+        PoolError::Backend(error) | PoolError::PostCreateHook(HookError::Backend(error)) => {
+            if error.sqlite_error_code() == Some(ErrorCode::NotADatabase) {
+                SqliteSetupError::NotADatabase {
+                    path,
+                    reason: error.to_string(),
+                }
+            } else {
+                SqliteSetupError::Unreadable {
+                    path,
+                    reason: error.to_string(),
+                }
+            }
+        }
+        other => SqliteSetupError::Pool {
+            path,
+            reason: other.to_string(),
+        },
+    }
+}
+
+fn pool_error_kind(error: &PoolError) -> &'static str {
+    match error {
+        PoolError::Timeout(_) => "timeout",
+        PoolError::Backend(_) => "open failed",
+        PoolError::Closed => "closed",
+        PoolError::NoRuntimeSpecified => "no runtime",
+        PoolError::PostCreateHook(_) => "hardening failed",
+    }
+}
+
+/// The SQLite extended result code, for logs: the code, never the message.
+fn sqlite_code(error: &rusqlite::Error) -> i32 {
+    match error {
+        rusqlite::Error::SqliteFailure(failure, _) => failure.extended_code,
+        _ => -1,
+    }
+}
+
+fn classify(error: &rusqlite::Error) -> (ProviderStatus, &'static str) {
+    match error.sqlite_error_code() {
+        Some(ErrorCode::OperationInterrupted) => (ProviderStatus::Timeout, detail::DEADLINE),
+        _ => (ProviderStatus::Unavailable, DATABASE_ERROR),
+    }
+}
+
+/// Why reading rows stopped short of items.
+#[derive(Debug)]
+enum ReadError {
+    Sqlite(rusqlite::Error),
+    Refused {
+        status: ProviderStatus,
+        detail: &'static str,
+    },
+}
+
+impl From<rusqlite::Error> for ReadError {
+    fn from(error: rusqlite::Error) -> Self {
+        ReadError::Sqlite(error)
+    }
+}
+
+fn malformed() -> ReadError {
+    ReadError::Refused {
+        status: ProviderStatus::InvalidResponse,
+        detail: detail::MALFORMED,
+    }
+}
+
+fn too_large() -> ReadError {
+    ReadError::Refused {
+        status: ProviderStatus::LimitExceeded,
+        detail: detail::RESPONSE_TOO_LARGE,
+    }
+}
+
+/// Runs the query under the deadline on a pooled connection and maps at most `limit`
+/// rows. Installs the progress handler and lock-wait bound for this statement only.
+fn read_items(
+    conn: &mut Connection,
+    query: &str,
+    value: &str,
+    limit: usize,
+    deadline: StdInstant,
+) -> Result<Vec<Item>, ReadError> {
+    let Some(remaining) = deadline.checked_duration_since(StdInstant::now()) else {
+        return Err(ReadError::Refused {
+            status: ProviderStatus::Timeout,
+            detail: detail::DEADLINE,
+        });
+    };
+    // Lock waits end with the budget (and never exceed the longest provider timeout:
+    // `busy_timeout` panics on durations that overflow an i32 of milliseconds).
+    conn.busy_timeout(remaining.min(Duration::from_millis(bounds::MAX_TIMEOUT_MS)))?;
+    conn.progress_handler(PROGRESS_STEPS, Some(move || StdInstant::now() >= deadline))?;
+    let read = read_rows(conn, query, value, limit);
+    let reset = conn.progress_handler(PROGRESS_STEPS, None::<fn() -> bool>);
+    let items = read?;
+    reset?;
+    Ok(items)
+}
+
+fn read_rows(
+    conn: &Connection,
+    query: &str,
+    value: &str,
+    limit: usize,
+) -> Result<Vec<Item>, ReadError> {
+    let mut statement = conn.prepare_cached(query)?;
+    // Checked at open; checked again because it costs nothing. Some statements (VACUUM)
+    // never reach the authorizer.
+    if !statement.readonly() {
+        return Err(ReadError::Sqlite(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_READONLY),
+            None,
+        )));
+    }
+    let mut rows = statement.query([value])?;
+    let mut layout: Option<Layout> = None;
+    let mut items = Vec::new();
+    let mut response_bytes = 0usize;
+    while items.len() < limit {
+        let Some(row) = rows.next()? else { break };
+        // From the first row, not the prepared statement: a schema change re-prepares
+        // the statement on its first step and may change its columns.
+        let layout = match &layout {
+            Some(layout) => layout,
+            None => layout.insert(Layout::of(row.as_ref()).map_err(|_| malformed())?),
+        };
+        let item = layout.item(row)?;
+        response_bytes += json_len(&item);
+        if response_bytes > bounds::MAX_RESPONSE_BYTES {
+            return Err(too_large());
+        }
+        items.push(item);
+    }
+    Ok(items)
+}
+
+/// Which result column feeds which item field.
+#[derive(Debug)]
+struct Layout {
+    id: usize,
+    title: Option<usize>,
+    content: Option<usize>,
+    updated_at: Option<usize>,
+    metadata: Vec<(usize, String)>,
+}
+
+impl Layout {
+    fn of(statement: &Statement<'_>) -> Result<Layout, &'static str> {
+        let names = statement.column_names();
+        for (index, name) in names.iter().enumerate() {
+            if names[..index].contains(name) {
+                return Err("returns two columns with the same name: alias one of them");
+            }
+        }
+        let find = |wanted: &str| names.iter().position(|name| *name == wanted);
+        let id = find("id").ok_or("returns no `id` column: alias the record id AS id")?;
+        let (title, content, updated_at) = (find("title"), find("content"), find("updated_at"));
+        let metadata = names
+            .iter()
+            .enumerate()
+            .filter(|(_, name)| !matches!(**name, "id" | "title" | "content" | "updated_at"))
+            .map(|(index, name)| (index, (*name).to_owned()))
+            .collect();
+        Ok(Layout {
+            id,
+            title,
+            content,
+            updated_at,
+            metadata,
+        })
+    }
+
+    fn item(&self, row: &Row<'_>) -> Result<Item, ReadError> {
+        let id = match value_at(row, self.id)? {
+            ValueRef::Integer(id) => id.to_string(),
+            ValueRef::Text(text) => text_of(text)?,
+            ValueRef::Null | ValueRef::Real(_) | ValueRef::Blob(_) => return Err(malformed()),
+        };
+        let title = match self.title {
+            None => None,
+            Some(index) => optional_text(value_at(row, index)?)?,
+        };
+        let content = match self.content {
+            None => String::new(),
+            Some(index) => optional_text(value_at(row, index)?)?.unwrap_or_default(),
+        };
+        let updated_at = match self.updated_at {
+            None => None,
+            Some(index) => match value_at(row, index)? {
+                ValueRef::Null => None,
+                ValueRef::Text(text) => Some(text_of(text)?),
+                ValueRef::Integer(seconds) => Some(rfc3339_utc(seconds).ok_or_else(malformed)?),
+                ValueRef::Real(_) | ValueRef::Blob(_) => return Err(malformed()),
+            },
+        };
+        let mut metadata = Map::new();
+        for (index, name) in &self.metadata {
+            let value = match value_at(row, *index)? {
+                ValueRef::Null => Value::Null,
+                ValueRef::Integer(number) => Value::from(number),
+                ValueRef::Real(number) => {
+                    Value::Number(Number::from_f64(number).ok_or_else(malformed)?)
+                }
+                ValueRef::Text(text) => Value::String(text_of(text)?),
+                ValueRef::Blob(_) => return Err(malformed()),
+            };
+            metadata.insert(name.clone(), value);
+        }
+        Ok(Item {
+            id,
+            title,
+            content,
+            metadata,
+            updated_at,
+        })
+    }
+}
+
+/// A column's value, refusing any single TEXT or BLOB larger than a whole response
+/// before it is copied.
+fn value_at<'r>(row: &'r Row<'_>, index: usize) -> Result<ValueRef<'r>, ReadError> {
+    let value = row.get_ref(index)?;
+    match value {
+        ValueRef::Text(bytes) | ValueRef::Blob(bytes)
+            if bytes.len() > bounds::MAX_RESPONSE_BYTES =>
+        {
+            Err(too_large())
+        }
+        value => Ok(value),
+    }
+}
+
+/// `title` and `content`: TEXT, or a number in its SQL text form; NULL is absent.
+fn optional_text(value: ValueRef<'_>) -> Result<Option<String>, ReadError> {
+    match value {
+        ValueRef::Null => Ok(None),
+        ValueRef::Text(text) => text_of(text).map(Some),
+        ValueRef::Integer(number) => Ok(Some(number.to_string())),
+        ValueRef::Real(number) => Ok(Some(number.to_string())),
+        ValueRef::Blob(_) => Err(malformed()),
+    }
+}
+
+fn text_of(bytes: &[u8]) -> Result<String, ReadError> {
+    std::str::from_utf8(bytes)
+        .map(str::to_owned)
+        .map_err(|_| malformed())
+}
+
+/// The length of an item's canonical JSON (as `bounds` measures it), without building it.
+fn json_len(item: &Item) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    match serde_json::to_writer(&mut counter, item) {
+        Ok(()) => counter.0,
+        // Cannot happen for an Item; count it as over any limit rather than as free.
+        Err(_) => usize::MAX / 2,
+    }
+}
+
+/// Unix seconds as an RFC 3339 UTC timestamp, for years 0000 to 9999.
+fn rfc3339_utc(seconds: i64) -> Option<String> {
+    let days = seconds.div_euclid(86_400);
+    let second_of_day = seconds.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(days);
+    if !(0..=9999).contains(&year) {
+        return None;
+    }
+    Some(format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        second_of_day / 3600,
+        second_of_day % 3600 / 60,
+        second_of_day % 60
+    ))
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// Closes a pool where its connections can be dropped: deadpool drops them through
+/// `tokio::task::spawn_blocking`, which panics outside a runtime (and a panic in a
+/// destructor during unwinding aborts).
+fn close_pool(pool: &Pool) {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        pool.close();
+        return;
+    }
+    match tokio::runtime::Builder::new_current_thread().build() {
+        Ok(runtime) => {
+            {
+                let _entered = runtime.enter();
+                pool.close();
+            }
+            // Dropping the runtime waits for the blocking tasks that close connections.
+            drop(runtime);
+        }
+        // No runtime to close them on: keep the connections rather than panic.
+        Err(_) => std::mem::forget(pool.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::Instant;
+
+    fn github_token() -> String {
+        format!("{}{}", "ghp_", "a".repeat(36))
+    }
+
+    /// A database file in `dir` built from `sql` (read-write, then closed).
+    fn database(dir: &Path, sql: &str) -> PathBuf {
+        let path = dir.join("test.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(sql).unwrap();
+        drop(conn);
+        path
+    }
+
+    async fn open(path: &Path, query: &str) -> SqliteProvider {
+        SqliteProvider::open(path, query, &PoolSettings::default())
+            .await
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    fn call(value: &str, limit: u32, budget: Duration) -> LookupCall<'_> {
+        LookupCall {
+            provider: "test",
+            key: "k",
+            value,
+            limit,
+            deadline: Instant::now() + budget,
+        }
+    }
+
+    async fn lookup(provider: &SqliteProvider, value: &str, limit: u32) -> Outcome {
+        provider
+            .lookup(&call(value, limit, Duration::from_secs(5)))
+            .await
+    }
+
+    fn assert_failure(outcome: &Outcome, status: ProviderStatus, detail: &str) {
+        assert_eq!(
+            (outcome.status, outcome.detail.as_deref()),
+            (status, Some(detail)),
+            "{outcome:?}"
+        );
+        assert!(outcome.items.is_empty());
+    }
+
+    const RECORDS: &str = "
+        CREATE TABLE records (id, k, title, content, updated_at, plan, seats, ratio, note);";
+
+    #[tokio::test]
+    async fn maps_every_column_type() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(
+            dir.path(),
+            &format!(
+                "{RECORDS}
+                INSERT INTO records VALUES
+                  ('R-1', 'a', 'First', 'Body one', '2026-11-28T09:14:00Z', 'Enterprise', 240, 0.5, NULL),
+                  (42, 'b', NULL, NULL, 1795857240, NULL, -1, 1e300, 'x'),
+                  ('R-3', 'c', 7, 2.5, NULL, '', 0, 0.0, NULL);"
+            ),
+        );
+        let provider = open(
+            &path,
+            "SELECT id, title, content, updated_at, plan, seats, ratio, note FROM records WHERE k = ?1",
+        )
+        .await;
+
+        let outcome = lookup(&provider, "a", 5).await;
+        assert_eq!(outcome.status, ProviderStatus::Ok);
+        assert_eq!(outcome.source, Source::Live);
+        assert_eq!(outcome.currentness, Currentness::Current);
+        assert_eq!(outcome.version, None);
+        let expected = Item {
+            id: "R-1".to_owned(),
+            title: Some("First".to_owned()),
+            content: "Body one".to_owned(),
+            metadata: serde_json::json!({
+                "plan": "Enterprise", "seats": 240, "ratio": 0.5, "note": null
+            })
+            .as_object()
+            .unwrap()
+            .clone(),
+            updated_at: Some("2026-11-28T09:14:00Z".to_owned()),
+        };
+        assert_eq!(outcome.items, [expected]);
+        // Metadata keeps the query's column order.
+        let keys: Vec<&String> = outcome.items[0].metadata.keys().collect();
+        assert_eq!(keys, ["plan", "seats", "ratio", "note"]);
+
+        // Integer id, NULL title / content, updated_at as unix seconds.
+        let outcome = lookup(&provider, "b", 5).await;
+        let item = &outcome.items[0];
+        assert_eq!(item.id, "42");
+        assert_eq!(item.title, None);
+        assert_eq!(item.content, "");
+        assert_eq!(item.updated_at.as_deref(), Some("2026-11-28T09:14:00Z"));
+        assert_eq!(item.metadata["plan"], Value::Null);
+        assert_eq!(item.metadata["seats"], -1);
+        assert_eq!(item.metadata["ratio"], 1e300);
+
+        // Numbers in title / content take their text form; NULL updated_at is absent.
+        let outcome = lookup(&provider, "c", 5).await;
+        let item = &outcome.items[0];
+        assert_eq!(item.title.as_deref(), Some("7"));
+        assert_eq!(item.content, "2.5");
+        assert_eq!(item.updated_at, None);
+        assert_eq!(item.metadata["plan"], "");
+    }
+
+    #[tokio::test]
+    async fn aliases_name_the_fields_and_only_id_is_required() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(
+            dir.path(),
+            "CREATE TABLE t (code TEXT, name TEXT, Title TEXT);
+             INSERT INTO t VALUES ('C-1', 'Name', 'upper');",
+        );
+        let provider = open(
+            &path,
+            "SELECT code AS id, name AS title, Title FROM t WHERE code = ?1",
+        )
+        .await;
+        let outcome = lookup(&provider, "C-1", 1).await;
+        let item = &outcome.items[0];
+        assert_eq!(item.id, "C-1");
+        assert_eq!(item.title.as_deref(), Some("Name"));
+        // Names are case-sensitive: `Title` is metadata.
+        assert_eq!(item.metadata["Title"], "upper");
+        assert_eq!(item.content, "");
+        assert_eq!(item.updated_at, None);
+    }
+
+    #[tokio::test]
+    async fn unmappable_values_are_malformed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(
+            dir.path(),
+            &format!(
+                "{RECORDS}
+                INSERT INTO records (id, k) VALUES (NULL, 'null-id'), (1.5, 'real-id'),
+                  (x'00', 'blob-id'), ('', 'empty-id'), (CAST(x'ff' AS TEXT), 'bad-utf8');
+                INSERT INTO records (id, k, note) VALUES ('R', 'blob-meta', x'0102');
+                INSERT INTO records (id, k, content) VALUES ('R', 'blob-content', x'0102');
+                INSERT INTO records (id, k, title) VALUES ('R', 'blob-title', x'0102');
+                INSERT INTO records (id, k, updated_at) VALUES ('R', 'real-time', 1.5),
+                  ('R', 'blob-time', x'01'), ('R', 'far-time', 400000000000);
+                INSERT INTO records (id, k, ratio) VALUES ('R', 'inf', 1e999);"
+            ),
+        );
+        let provider = open(
+            &path,
+            "SELECT id, title, content, updated_at, ratio, note FROM records WHERE k = ?1",
+        )
+        .await;
+        for key in [
+            "null-id",
+            "real-id",
+            "blob-id",
+            "empty-id",
+            "bad-utf8",
+            "blob-meta",
+            "blob-content",
+            "blob-title",
+            "real-time",
+            "blob-time",
+            "far-time",
+            "inf",
+        ] {
+            let outcome = lookup(&provider, key, 5).await;
+            assert_eq!(
+                (outcome.status, outcome.detail.as_deref()),
+                (ProviderStatus::InvalidResponse, Some(detail::MALFORMED)),
+                "{key}: {outcome:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_id_column_lost_to_a_schema_change_is_malformed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(
+            dir.path(),
+            "CREATE TABLE t (id TEXT, k TEXT); INSERT INTO t VALUES ('R-1', 'a');",
+        );
+        let provider = open(&path, "SELECT * FROM t WHERE k = ?1").await;
+        assert_eq!(lookup(&provider, "a", 1).await.items[0].id, "R-1");
+        // Another process alters the table under the cached statement.
+        let writer = Connection::open(&path).unwrap();
+        writer
+            .execute_batch("ALTER TABLE t RENAME COLUMN id TO ident")
+            .unwrap();
+        drop(writer);
+        let outcome = lookup(&provider, "a", 1).await;
+        assert_failure(&outcome, ProviderStatus::InvalidResponse, detail::MALFORMED);
+    }
+
+    #[tokio::test]
+    async fn the_requested_limit_is_honoured() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(
+            dir.path(),
+            "CREATE TABLE t (id INTEGER, k TEXT);
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 150)
+             INSERT INTO t SELECT i, CASE WHEN i <= 10 THEN 'ten' ELSE 'many' END FROM n;",
+        );
+        let provider = open(
+            &path,
+            "SELECT id FROM t WHERE k = ?1 OR ?1 = 'all' ORDER BY id",
+        )
+        .await;
+        let ids = |outcome: &Outcome| -> Vec<String> {
+            outcome.items.iter().map(|item| item.id.clone()).collect()
+        };
+        let outcome = lookup(&provider, "ten", 3).await;
+        assert_eq!(outcome.status, ProviderStatus::Ok);
+        assert_eq!(ids(&outcome), ["1", "2", "3"]);
+        assert_eq!(lookup(&provider, "ten", 10).await.items.len(), 10);
+        assert_eq!(lookup(&provider, "ten", 50).await.items.len(), 10);
+        let none = lookup(&provider, "ten", 0).await;
+        assert_eq!((none.status, none.items.len()), (ProviderStatus::Ok, 0));
+        // Never more than MAX_ITEMS, whatever was requested.
+        let all = lookup(&provider, "all", u32::MAX).await;
+        assert_eq!(all.status, ProviderStatus::Ok);
+        assert_eq!(all.items.len(), bounds::MAX_ITEMS);
+    }
+
+    #[tokio::test]
+    async fn zero_rows_are_ok_with_no_items() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(dir.path(), "CREATE TABLE t (id TEXT, k TEXT);");
+        let provider = open(&path, "SELECT id FROM t WHERE k = ?1").await;
+        let outcome = lookup(&provider, "nobody", 5).await;
+        assert_eq!(outcome.status, ProviderStatus::Ok);
+        assert_eq!(outcome.detail, None);
+        assert!(outcome.items.is_empty());
+        assert_eq!(outcome.currentness, Currentness::Current);
+        assert!(!outcome.found_anything());
+    }
+
+    #[tokio::test]
+    async fn secrets_are_refused_by_detector_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = github_token();
+        let path = database(
+            dir.path(),
+            &format!(
+                "CREATE TABLE t (id TEXT, k TEXT, content TEXT, note TEXT);
+                 INSERT INTO t VALUES ('R-1', 'clean', 'nothing here', 'fine'),
+                   ('R-2', 'content', 'token: {token}', NULL),
+                   ('R-3', 'meta', 'clean', 'see {token}');"
+            ),
+        );
+        let provider = open(&path, "SELECT id, content, note FROM t WHERE k = ?1").await;
+        assert_eq!(
+            lookup(&provider, "clean", 5).await.status,
+            ProviderStatus::Ok
+        );
+        for key in ["content", "meta"] {
+            let outcome = lookup(&provider, key, 5).await;
+            assert_failure(&outcome, ProviderStatus::SecretDetected, "github_token");
+            assert!(!format!("{outcome:?}").contains(&token));
+        }
+    }
+
+    #[tokio::test]
+    async fn oversize_items_and_responses_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(
+            dir.path(),
+            "CREATE TABLE t (id TEXT, k TEXT, content TEXT);
+             INSERT INTO t VALUES ('big', 'item', printf('%.*c', 70000, 'x'));
+             INSERT INTO t VALUES ('huge', 'value', printf('%.*c', 2000000, 'x'));
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20)
+             INSERT INTO t SELECT 'r' || i, 'many', printf('%.*c', 60000, 'x') FROM n;",
+        );
+        let provider = open(&path, "SELECT id, content FROM t WHERE k = ?1").await;
+        let outcome = lookup(&provider, "item", 5).await;
+        assert_failure(
+            &outcome,
+            ProviderStatus::LimitExceeded,
+            detail::ITEM_TOO_LARGE,
+        );
+        // 20 items of 60 000 bytes: each fits, together they exceed 1 MiB.
+        let outcome = lookup(&provider, "many", 20).await;
+        assert_failure(
+            &outcome,
+            ProviderStatus::LimitExceeded,
+            detail::RESPONSE_TOO_LARGE,
+        );
+        // Within the limit's first 17 rows they still fit.
+        assert_eq!(lookup(&provider, "many", 17).await.items.len(), 17);
+        // One value larger than a whole response is refused before it is copied.
+        let outcome = lookup(&provider, "value", 5).await;
+        assert_failure(
+            &outcome,
+            ProviderStatus::LimitExceeded,
+            detail::RESPONSE_TOO_LARGE,
+        );
+    }
+
+    fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| {
+                let entry = entry.unwrap();
+                (
+                    entry.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(entry.path()).unwrap(),
+                )
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    #[tokio::test]
+    async fn queries_that_write_are_refused_at_open_and_the_file_is_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(
+            dir.path(),
+            "CREATE TABLE t (id TEXT, k TEXT); INSERT INTO t VALUES ('R-1', 'a');
+             CREATE INDEX t_k ON t (k); CREATE VIEW v AS SELECT id, k FROM t;",
+        );
+        let other = dir.path().join("other.db").display().to_string();
+        let vacuum_target = dir.path().join("copy.db");
+        let before = snapshot(dir.path());
+        let writes = [
+            "INSERT INTO t (id, k) VALUES ('R-2', ?1)".to_owned(),
+            "INSERT INTO t (id, k) VALUES ('R-2', ?1) RETURNING id".to_owned(),
+            "UPDATE t SET k = ?1".to_owned(),
+            "UPDATE t SET k = 'x' WHERE k = ?1 RETURNING id".to_owned(),
+            "DELETE FROM t WHERE k = ?1".to_owned(),
+            "DELETE FROM t WHERE k = ?1 RETURNING id".to_owned(),
+            "REPLACE INTO t VALUES ('R-1', ?1)".to_owned(),
+            "CREATE TABLE x AS SELECT ?1 AS id".to_owned(),
+            "CREATE TEMP TABLE x AS SELECT ?1 AS id".to_owned(),
+            "CREATE INDEX i ON t(k) WHERE k = ?1".to_owned(),
+            "DROP TABLE t".to_owned(),
+            "DROP VIEW v".to_owned(),
+            "ALTER TABLE t ADD COLUMN c TEXT DEFAULT ?1".to_owned(),
+            "ATTACH DATABASE ?1 AS other".to_owned(),
+            format!("ATTACH DATABASE '{other}' AS other"),
+            "DETACH DATABASE ?1".to_owned(),
+            "PRAGMA writable_schema = 1".to_owned(),
+            "PRAGMA query_only = OFF".to_owned(),
+            "SELECT writable_schema AS id FROM pragma_writable_schema WHERE ?1".to_owned(),
+            "SELECT name AS id FROM pragma_table_info('t') WHERE ?1".to_owned(),
+            "SELECT name AS id FROM PRAGMA_table_info('t') WHERE ?1".to_owned(),
+            "WITH x AS (SELECT ?1 AS id) INSERT INTO t (id, k) SELECT id, id FROM x".to_owned(),
+            "WITH x AS (INSERT INTO t VALUES ('R-9', 'z') RETURNING id) SELECT id FROM x WHERE id = ?1".to_owned(),
+            "SELECT id FROM t WHERE k = ?1; DROP TABLE t".to_owned(),
+            "SELECT id FROM t WHERE k = ?1; INSERT INTO t VALUES ('R-9', 'z')".to_owned(),
+            "BEGIN IMMEDIATE".to_owned(),
+            "SAVEPOINT s".to_owned(),
+            format!("VACUUM INTO '{}'", vacuum_target.display()),
+            "VACUUM".to_owned(),
+            "REINDEX".to_owned(),
+            "ANALYZE".to_owned(),
+            "SELECT load_extension(?1) AS id".to_owned(),
+            "SELECT random() AS id, ?1".to_owned(),
+            "SELECT last_insert_rowid() AS id, ?1".to_owned(),
+        ];
+        for query in &writes {
+            let result = SqliteProvider::open(&path, query, &PoolSettings::default()).await;
+            let error = match result {
+                Ok(_) => panic!("{query}: opened"),
+                Err(error) => error,
+            };
+            assert!(
+                matches!(error, SqliteSetupError::Query { .. }),
+                "{query}: {error}"
+            );
+        }
+        assert_eq!(snapshot(dir.path()), before, "the folder changed");
+        assert!(!vacuum_target.exists());
+    }
+
+    #[tokio::test]
+    async fn every_layer_of_read_only_holds_on_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(dir.path(), "CREATE TABLE t (id TEXT);");
+        let before = snapshot(dir.path());
+        let conn = connect(&read_only_uri(&path)).unwrap();
+        // VACUUM INTO never consults the authorizer when prepared (`open` refuses it as
+        // not read-only), but is denied when it runs.
+        let copy = dir.path().join("copy.db");
+        let vacuum = conn
+            .execute_batch(&format!("VACUUM INTO '{}'", copy.display()))
+            .unwrap_err();
+        assert_eq!(
+            vacuum.sqlite_error_code(),
+            Some(ErrorCode::AuthorizationForStatementDenied)
+        );
+        assert!(!copy.exists());
+        let insert = "INSERT INTO t VALUES ('x')";
+        let denied = conn.execute(insert, []).unwrap_err();
+        assert_eq!(
+            denied.sqlite_error_code(),
+            Some(ErrorCode::AuthorizationForStatementDenied)
+        );
+        // Without the authorizer: query_only refuses.
+        conn.authorizer(None::<fn(AuthContext<'_>) -> Authorization>)
+            .unwrap();
+        let refused = conn.execute(insert, []).unwrap_err();
+        assert_eq!(
+            refused.sqlite_error_code(),
+            Some(ErrorCode::ReadOnly),
+            "{refused}"
+        );
+        // Without query_only too: the read-only open refuses.
+        conn.pragma_update(None, "query_only", false).unwrap();
+        let refused = conn.execute(insert, []).unwrap_err();
+        assert_eq!(
+            refused.sqlite_error_code(),
+            Some(ErrorCode::ReadOnly),
+            "{refused}"
+        );
+        assert!(conn.is_readonly("main").unwrap());
+        drop(conn);
+        assert_eq!(snapshot(dir.path()), before);
+    }
+
+    #[tokio::test]
+    async fn reads_recursive_ctes_views_and_builtins_are_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(
+            dir.path(),
+            "CREATE TABLE t (id TEXT, k TEXT, at TEXT, doc TEXT);
+             INSERT INTO t VALUES ('r1', 'a', '2026-01-02 03:04:05', '{\"n\": 3}');
+             CREATE VIEW v AS SELECT id, k, upper(k) AS big FROM t;",
+        );
+        let query = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3)
+             SELECT v.id || '-' || n.i AS id, lower(v.big) AS title,
+                    json_extract(t.doc, '$.n') AS n, count(*) OVER () AS total,
+                    strftime('%Y', t.at) AS year, coalesce(NULL, 'c') AS content
+             FROM v JOIN t USING (id), n WHERE v.k = ?1 ORDER BY n.i";
+        let provider = open(&path, query).await;
+        let outcome = lookup(&provider, "a", 5).await;
+        assert_eq!(outcome.status, ProviderStatus::Ok, "{outcome:?}");
+        assert_eq!(outcome.items.len(), 3);
+        let item = &outcome.items[2];
+        assert_eq!(item.id, "r1-3");
+        assert_eq!(item.title.as_deref(), Some("a"));
+        assert_eq!(item.metadata["n"], 3);
+        assert_eq!(item.metadata["total"], 3);
+        assert_eq!(item.metadata["year"], "2026");
+        assert_eq!(item.content, "c");
+    }
+
+    #[tokio::test]
+    async fn the_parameter_must_be_exactly_1() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(dir.path(), "CREATE TABLE t (id TEXT, k TEXT);");
+        for query in [
+            "SELECT id FROM t WHERE k = ?2",
+            "SELECT id FROM t",
+            "SELECT id FROM t WHERE k = ?1 OR k = ?2",
+            "SELECT id FROM t WHERE k = ?",
+            "SELECT id FROM t WHERE k = :key",
+            "SELECT id FROM t WHERE k = $key",
+        ] {
+            let error = SqliteProvider::open(&path, query, &PoolSettings::default())
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("{query}: opened"));
+            assert!(
+                matches!(error, SqliteSetupError::Parameters { .. }),
+                "{query}: {error}"
+            );
+            assert!(
+                error.to_string().starts_with("query: must use ?1"),
+                "{error}"
+            );
+        }
+        // ?1 used twice is still one parameter.
+        open(&path, "SELECT id FROM t WHERE k = ?1 OR id = ?1").await;
+    }
+
+    #[tokio::test]
+    async fn queries_without_an_id_or_with_duplicate_columns_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(dir.path(), "CREATE TABLE t (id TEXT, k TEXT, name TEXT);");
+        for (query, needle) in [
+            ("SELECT name FROM t WHERE k = ?1", "no `id` column"),
+            ("SELECT id, k, k FROM t WHERE k = ?1", "same name"),
+            ("SELECT id AS ID FROM t WHERE k = ?1", "no `id` column"),
+            ("SELECT id FROM t WHERE k = ?1 garbage", "does not prepare"),
+            ("SELECT id FROM missing WHERE k = ?1", "no such table"),
+        ] {
+            let error = SqliteProvider::open(&path, query, &PoolSettings::default())
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("{query}: opened"));
+            assert!(error.to_string().contains(needle), "{query}: {error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_file_must_exist_and_be_a_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let query = "SELECT 1 AS id WHERE ?1";
+        let missing = dir.path().join("missing.db");
+        let error = SqliteProvider::open(&missing, query, &PoolSettings::default())
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(
+            error,
+            SqliteSetupError::Missing {
+                path: missing.clone()
+            }
+        );
+        assert!(
+            error
+                .to_string()
+                .ends_with("missing.db: the file does not exist")
+        );
+        assert!(!missing.exists(), "opening must never create the file");
+
+        let text = dir.path().join("notes.db");
+        std::fs::write(&text, "this is not a database, just text long enough to have a header....................................................").unwrap();
+        let error = SqliteProvider::open(&text, query, &PoolSettings::default())
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            matches!(error, SqliteSetupError::NotADatabase { .. }),
+            "{error}"
+        );
+
+        let error = SqliteProvider::open(dir.path(), query, &PoolSettings::default())
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            matches!(error, SqliteSetupError::Unreadable { .. }),
+            "{error}"
+        );
+
+        // An empty file is a valid, empty database: the query's table is missing.
+        let empty = dir.path().join("empty.db");
+        std::fs::write(&empty, "").unwrap();
+        let error = SqliteProvider::open(
+            &empty,
+            "SELECT id FROM t WHERE k = ?1",
+            &PoolSettings::default(),
+        )
+        .await
+        .err()
+        .unwrap();
+        assert!(matches!(error, SqliteSetupError::Query { .. }), "{error}");
+    }
+
+    #[tokio::test]
+    async fn paths_are_percent_encoded_into_the_uri() {
+        let dir = tempfile::tempdir().unwrap();
+        let odd = dir.path().join("we?ird #dir %41 ü&mode=rw");
+        std::fs::create_dir(&odd).unwrap();
+        let path = database(
+            &odd,
+            "CREATE TABLE t (id TEXT); INSERT INTO t VALUES ('R-1');",
+        );
+        assert!(
+            read_only_uri(&path)
+                .ends_with("/we%3Fird%20%23dir%20%2541%20%C3%BC%26mode%3Drw/test.db?mode=ro")
+        );
+        let provider = open(&path, "SELECT id FROM t WHERE ?1 = 'x'").await;
+        assert_eq!(lookup(&provider, "x", 1).await.items[0].id, "R-1");
+        // Relative paths resolve against the current directory.
+        let relative = SqliteProvider::open(
+            Path::new("definitely/not/here.db"),
+            "SELECT 1 AS id WHERE ?1",
+            &PoolSettings::default(),
+        )
+        .await
+        .err()
+        .unwrap();
+        let SqliteSetupError::Missing { path } = relative else {
+            panic!("{relative}")
+        };
+        assert!(path.is_absolute());
+    }
+
+    /// Counts to `?1` in a recursive CTE: slow for large values.
+    const COUNTING: &str = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < CAST(?1 AS INTEGER))
+         SELECT 'n' || max(x) AS id FROM c";
+
+    #[tokio::test]
+    async fn the_time_budget_is_enforced_inside_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(dir.path(), "CREATE TABLE unused (id TEXT);");
+        let settings = PoolSettings {
+            max_size: 1,
+            ..PoolSettings::default()
+        };
+        let provider = SqliteProvider::open(&path, COUNTING, &settings)
+            .await
+            .unwrap();
+        let budget = Duration::from_millis(200);
+        let started = std::time::Instant::now();
+        let outcome = provider.lookup(&call("1000000000", 5, budget)).await;
+        let elapsed = started.elapsed();
+        assert_failure(&outcome, ProviderStatus::Timeout, detail::DEADLINE);
+        assert!(elapsed < budget + Duration::from_millis(200), "{elapsed:?}");
+        // The same (only) connection serves the next lookup: the old deadline is gone.
+        let outcome = lookup(&provider, "1000", 1).await;
+        assert_eq!(outcome.items[0].id, "n1000");
+        assert!(provider.check().await.is_ok());
+    }
+
+    #[test]
+    fn the_progress_handler_interrupts_and_is_removed_afterwards() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(dir.path(), "CREATE TABLE unused (id TEXT);");
+        let mut conn = connect(&read_only_uri(&path)).unwrap();
+        let deadline = StdInstant::now() + Duration::from_millis(50);
+        let error = read_items(&mut conn, COUNTING, "1000000000", 1, deadline).unwrap_err();
+        let ReadError::Sqlite(error) = error else {
+            panic!("{error:?}")
+        };
+        assert_eq!(
+            error.sqlite_error_code(),
+            Some(ErrorCode::OperationInterrupted)
+        );
+        assert_eq!(
+            classify(&error),
+            (ProviderStatus::Timeout, detail::DEADLINE)
+        );
+        // Long past that deadline, a long statement on the same connection still runs.
+        let counted: String = conn
+            .query_row(COUNTING, ["100000"], |row| row.get(0))
+            .unwrap();
+        assert_eq!(counted, "n100000");
+        // A deadline already past never reaches SQLite.
+        let past = StdInstant::now() - Duration::from_millis(1);
+        assert!(matches!(
+            read_items(&mut conn, COUNTING, "1", 1, past),
+            Err(ReadError::Refused {
+                status: ProviderStatus::Timeout,
+                ..
+            })
+        ));
+    }
+
+    #[tokio::test]
+    async fn waiting_for_a_connection_is_bounded_by_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(dir.path(), "CREATE TABLE unused (id TEXT);");
+        let settings = PoolSettings {
+            max_size: 1,
+            ..PoolSettings::default()
+        };
+        let provider = SqliteProvider::open(&path, COUNTING, &settings)
+            .await
+            .unwrap();
+        let busy = provider.clone();
+        let slow = tokio::spawn(async move {
+            busy.lookup(&call("1000000000", 1, Duration::from_millis(600)))
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let budget = Duration::from_millis(150);
+        let started = std::time::Instant::now();
+        let outcome = provider.lookup(&call("10", 1, budget)).await;
+        assert_failure(&outcome, ProviderStatus::Timeout, POOL_EXHAUSTED);
+        let elapsed = started.elapsed();
+        assert!(elapsed < budget + Duration::from_millis(200), "{elapsed:?}");
+        assert_failure(
+            &slow.await.unwrap(),
+            ProviderStatus::Timeout,
+            detail::DEADLINE,
+        );
+    }
+
+    #[tokio::test]
+    async fn check_reports_readiness() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(dir.path(), "CREATE TABLE t (id TEXT, k TEXT);");
+        let provider = open(&path, "SELECT id FROM t WHERE k = ?1").await;
+        assert_eq!(provider.check().await, Ok(()));
+
+        // The table goes away: the query no longer prepares.
+        let writer = Connection::open(&path).unwrap();
+        writer.execute_batch("DROP TABLE t").unwrap();
+        drop(writer);
+        let problem = provider.check().await.unwrap_err();
+        assert!(
+            problem.starts_with("UNAVAILABLE (DATABASE_ERROR)"),
+            "{problem}"
+        );
+        assert!(problem.contains("no such table"), "{problem}");
+        let outcome = lookup(&provider, "a", 1).await;
+        assert_failure(&outcome, ProviderStatus::Unavailable, DATABASE_ERROR);
+
+        // The file goes away.
+        std::fs::remove_file(&path).unwrap();
+        let problem = provider.check().await.unwrap_err();
+        assert!(problem.contains("is missing"), "{problem}");
+    }
+
+    #[tokio::test]
+    async fn a_closed_provider_answers_unavailable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(dir.path(), "CREATE TABLE t (id TEXT, k TEXT);");
+        let provider = open(&path, "SELECT id FROM t WHERE k = ?1").await;
+        let clone = provider.clone();
+        assert_eq!(lookup(&provider, "a", 1).await.status, ProviderStatus::Ok);
+        provider.close();
+        provider.close();
+        assert_failure(
+            &lookup(&clone, "a", 1).await,
+            ProviderStatus::Unavailable,
+            POOL_CLOSED,
+        );
+        assert_eq!(
+            clone.check().await,
+            Err("UNAVAILABLE (POOL_CLOSED)".to_owned())
+        );
+    }
+
+    #[test]
+    fn closing_or_dropping_outside_a_runtime_does_not_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(dir.path(), "CREATE TABLE t (id TEXT, k TEXT);");
+        let query = "SELECT id FROM t WHERE k = ?1";
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap()
+        };
+        let open_and_use = || {
+            runtime().block_on(async {
+                let provider = open(&path, query).await;
+                assert_eq!(lookup(&provider, "a", 1).await.status, ProviderStatus::Ok);
+                provider
+            })
+        };
+        // The runtime is gone; the pool still holds an idle connection.
+        let dropped = open_and_use();
+        drop(dropped);
+        let closed = open_and_use();
+        closed.close();
+        drop(closed);
+    }
+
+    #[test]
+    fn unix_seconds_format_like_sqlite_datetime() {
+        let conn = Connection::open_in_memory().unwrap();
+        for seconds in [
+            0,
+            1,
+            -1,
+            86_399,
+            86_400,
+            951_782_400,   // 2000-02-29
+            1_795_857_240, // 2026-11-28T09:14:00Z
+            4_107_542_399,
+            -62_135_596_800, // 0001-01-01
+            -62_167_219_200, // 0000-01-01
+            253_402_300_799, // 9999-12-31T23:59:59
+        ] {
+            let sqlite: String = conn
+                .query_row(
+                    "SELECT strftime('%Y-%m-%dT%H:%M:%SZ', ?1, 'unixepoch')",
+                    [seconds],
+                    |row| row.get(0),
+                )
+                .unwrap();
+            assert_eq!(
+                rfc3339_utc(seconds).as_deref(),
+                Some(sqlite.as_str()),
+                "{seconds}"
+            );
+        }
+        assert_eq!(rfc3339_utc(253_402_300_800), None);
+        assert_eq!(rfc3339_utc(-62_167_219_201), None);
+        assert_eq!(rfc3339_utc(i64::MAX), None);
+        assert_eq!(rfc3339_utc(i64::MIN), None);
+    }
+
+    /// What one lookup costs, and how much of it is deadpool's recycle round trip:
+    /// `cargo test --release --lib providers::sqlite::tests::lookup_cost -- --ignored --nocapture`
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "timing, not behaviour"]
+    async fn lookup_cost() {
+        const N: u32 = 1000;
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let database = root.join("fixtures/demo/data/support.db");
+        let query = "SELECT id, 'Order ' || id AS title, description AS content, status, total_eur, updated_at FROM orders WHERE customer_id = ?1 ORDER BY updated_at DESC LIMIT 20";
+        let provider = open(&database, query).await;
+        for _ in 0..50 {
+            lookup(&provider, "CUST-1042", 5).await;
+        }
+
+        let started = std::time::Instant::now();
+        for _ in 0..N {
+            let outcome = lookup(&provider, "CUST-1042", 5).await;
+            assert_eq!(outcome.items.len(), 2);
+        }
+        let full = started.elapsed() / N;
+
+        let started = std::time::Instant::now();
+        for _ in 0..N {
+            drop(provider.inner.pool.get().await.unwrap());
+        }
+        let get = started.elapsed() / N;
+
+        let started = std::time::Instant::now();
+        let conn = provider.inner.pool.get().await.unwrap();
+        for _ in 0..N {
+            conn.interact(|_| ()).await.unwrap();
+        }
+        let hop = started.elapsed() / N;
+        drop(conn);
+
+        let mut direct = connect(&read_only_uri(&database)).unwrap();
+        let started = std::time::Instant::now();
+        for _ in 0..N {
+            let deadline = StdInstant::now() + Duration::from_secs(1);
+            let items = read_items(&mut direct, query, "CUST-1042", 5, deadline);
+            assert_eq!(items.unwrap().len(), 2);
+        }
+        let query_only = started.elapsed() / N;
+        println!(
+            "per lookup over {N}: full {full:?}; pool.get() with recycle {get:?}; \
+             interact hop {hop:?}; query + mapping on a held connection {query_only:?}"
+        );
+    }
+}
