@@ -1,12 +1,18 @@
-//! Wire-level vocabulary shared by every part of ctxd: statuses, provider items and the
-//! `context-provider.v1` messages. Types only; no behaviour beyond (de)serialization.
+//! Wire-level vocabulary shared by every part of ctxd: statuses, provider items, the
+//! `context-provider.v1` messages and the turn API's bodies. Types only; no behaviour
+//! beyond (de)serialization.
 
 mod item;
 mod status;
+mod turn;
 mod wire;
 
 pub use item::{Currentness, Item};
 pub use status::{LayerReason, LayerStatus, ProviderStatus, Source};
+pub use turn::{
+    BudgetReport, CutAction, CutReport, ErrorBody, ErrorDetail, LayerReport, ProviderReport,
+    SelectionReport, TurnBudget, TurnRequest, TurnResponse, VersionSource,
+};
 pub use wire::{
     CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse, WireItem,
 };

@@ -4,7 +4,9 @@
 
 use super::Outcome;
 use super::render;
-use crate::contract::{Currentness, Item, LayerReason, LayerStatus, ProviderStatus, Source};
+use crate::contract::{
+    Currentness, CutAction, Item, LayerReason, LayerStatus, ProviderStatus, Source,
+};
 use crate::digest::{canonical_digest, sha256_tagged};
 use crate::gate::{LayerDecision, Plan, ProviderDecision};
 use crate::project::{CurrentnessRule, LayerKind, Project};
@@ -89,17 +91,6 @@ pub struct Selection {
     pub truncated: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum CutAction {
-    /// Content shortened at a UTF-8 boundary.
-    Truncated,
-    /// One material left out.
-    Dropped,
-    /// A whole layer section (heading and statements) left out.
-    SectionDropped,
-}
-
 /// One budget cut.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -109,6 +100,9 @@ pub struct Cut {
     pub provider: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub item: Option<usize>,
+    /// The provider's record id, for a keyed locator. Never serialized.
+    #[serde(skip)]
+    pub item_id: Option<String>,
     pub action: CutAction,
     pub bytes_before: usize,
     pub bytes_after: usize,
@@ -587,6 +581,7 @@ impl<'a> Layout<'a> {
                     layer: self.project.layers[self.sections[s].layer].id.clone(),
                     provider: None,
                     item: None,
+                    item_id: None,
                     action: CutAction::SectionDropped,
                     bytes_before: before,
                     bytes_after: 0,
@@ -632,6 +627,7 @@ impl<'a> Layout<'a> {
                 .provider
                 .map(|p| self.project.providers[p].id.clone()),
             item: material.item.map(|(position, _)| position),
+            item_id: material.item.map(|(_, item)| item.id.clone()),
             action,
             bytes_before: before,
             bytes_after: after,

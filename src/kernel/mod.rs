@@ -6,9 +6,8 @@ mod assemble;
 mod outcome;
 mod render;
 
-pub use assemble::{
-    BudgetUse, Cut, CutAction, LayerResult, ProviderResult, Selection, TurnResult, assemble,
-};
+pub use crate::contract::CutAction;
+pub use assemble::{BudgetUse, Cut, LayerResult, ProviderResult, Selection, TurnResult, assemble};
 pub use outcome::Outcome;
 pub use render::{DATA_NOTICE_TITLE, UNKNOWN_FACTS, fence_nonce_from_seed, random_nonce};
 

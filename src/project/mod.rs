@@ -14,7 +14,10 @@ pub use model::{
     Budget, ContextTest, CurrentnessRule, Expectations, Fixture, Layer, LayerBinding, Lookup,
     Profile, ProjectDoc, ProviderRequirement, Scope, TestRequest,
 };
-pub use validate::{BASE_VALUE_GRAMMAR, DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, MAX_BUDGET_BYTES};
+pub use validate::{
+    BASE_VALUE_GRAMMAR, DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, DEFAULT_PROFILE, MAX_BUDGET_BYTES,
+    MIN_BUDGET_BYTES,
+};
 
 use regex::Regex;
 use serde_json::Value;
