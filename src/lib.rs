@@ -13,11 +13,18 @@
 //! - [`config`] — server config, tenants and Deployment Bindings.
 //! - [`gate`] — the per-layer invocation decision (pure).
 //! - [`kernel`] — from outcomes to layer statuses, blocking, budget and rendered text (pure).
-//! - [`providers`] — provider answers' bounds and secret scanning.
+//! - [`providers`] — HTTP and SQLite providers, answer bounds and secret scanning.
 //! - [`fixtures`] — Context Tests and Preview from fixtures.
 //! - [`digest`] — canonical JSON and SHA-256 digests.
+//! - [`trace`] — keyed digests and locators for provenance.
+//! - [`actors`] — provider actors, per-worker coordinators, start and ordered shutdown.
+//! - [`api`] — the HTTP API: routes, authentication, error mapping.
+//! - [`resilience`] — the circuit breaker.
+//! - [`telemetry`] — logging.
 //! - [`cli`] — one module per subcommand.
 
+pub mod actors;
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod contract;
@@ -27,3 +34,6 @@ pub mod gate;
 pub mod kernel;
 pub mod project;
 pub mod providers;
+pub mod resilience;
+pub mod telemetry;
+pub mod trace;

@@ -3,6 +3,7 @@
 
 mod build;
 mod preview;
+mod serve;
 mod test;
 pub mod validate;
 
@@ -22,6 +23,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve the multi-tenant turn API until SIGTERM or SIGINT
+    Serve(serve::ServeArgs),
     /// Check the server config and every tenant's Project and Binding
     Validate(validate::ValidateArgs),
     /// Validate a Project and write its Build (normalized, digested, static layers pinned)
@@ -35,6 +38,7 @@ pub enum Command {
 /// Runs a parsed command line. Errors are for the caller to print with `{:#}`.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Serve(args) => serve::run(&args),
         Command::Validate(args) => validate::run(&args),
         Command::Build(args) => build::run(&args),
         Command::Test(args) => test::run(&args),

@@ -1,0 +1,409 @@
+//! `Coordinator`: one per HTTP worker, started on that worker's thread, so turn
+//! throughput scales with workers. For each turn it plans with the gating core, fans
+//! out every invocation concurrently under the turn deadline, and hands the outcomes to
+//! the kernel. Its handler returns a future at once, so the mailbox (capacity
+//! `MAILBOX_CAPACITY`) drains as fast as turns arrive; the per-tenant in-flight limit in
+//! the API bounds how many run.
+
+use super::provider::{Acquire, Refusal, Report};
+use super::topology::{Mode, ProjectRuntime, Registry, TenantRuntime};
+use crate::contract::{
+    BudgetReport, CutReport, LayerReport, ProviderReport, ProviderStatus, SelectionReport, Source,
+    TurnRequest, TurnResponse, VersionSource,
+};
+use crate::fixtures::{self, fixture_by_value};
+use crate::gate::{self, GateRequest, Invocation};
+use crate::kernel::{self, Outcome, TurnResult};
+use crate::project::{MAX_BUDGET_BYTES, MIN_BUDGET_BYTES};
+use crate::providers::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
+use crate::providers::{LookupCall, detail};
+use crate::resilience::breaker::{CallResult, classify};
+use actix::prelude::*;
+use futures_util::future::join_all;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+pub const MAILBOX_CAPACITY: usize = 4096;
+/// Longest wait for a provider actor to answer `Acquire` before the call is
+/// `OVERLOADED`: its mailbox is full or its thread is busy.
+const ACQUIRE_WAIT: Duration = Duration::from_millis(50);
+/// Grace after the turn deadline for a provider implementation to return its own
+/// `TIMEOUT`, after which the coordinator stops waiting for it.
+const DEADLINE_GRACE: Duration = Duration::from_millis(25);
+
+pub struct Coordinator {
+    registry: Arc<Registry>,
+}
+
+impl Coordinator {
+    pub fn new(registry: Arc<Registry>) -> Self {
+        Coordinator { registry }
+    }
+}
+
+impl Actor for Coordinator {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
+    }
+}
+
+/// Answer one turn for a tenant.
+pub struct RunTurn {
+    pub tenant: Arc<TenantRuntime>,
+    pub request: TurnRequest,
+}
+
+impl Message for RunTurn {
+    type Result = Result<TurnResponse, TurnError>;
+}
+
+/// Why a turn could not be answered. Provider failures are never errors: they are
+/// statuses in a `200` answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TurnError {
+    #[error("unknown project {0:?}")]
+    UnknownProject(String),
+    #[error("unknown profile {0:?}")]
+    UnknownProfile(String),
+    #[error("{field}: {message}")]
+    InvalidField { field: String, message: String },
+}
+
+impl Handler<RunTurn> for Coordinator {
+    type Result = ResponseFuture<Result<TurnResponse, TurnError>>;
+
+    fn handle(&mut self, turn: RunTurn, _: &mut Self::Context) -> Self::Result {
+        let registry = Arc::clone(&self.registry);
+        Box::pin(async move { run_turn(&registry, &turn.tenant, turn.request).await })
+    }
+}
+
+/// What the response reports beside an invocation's outcome.
+struct CallFacts {
+    version_source: Option<VersionSource>,
+    duration: Duration,
+}
+
+async fn run_turn(
+    registry: &Registry,
+    tenant: &TenantRuntime,
+    request: TurnRequest,
+) -> Result<TurnResponse, TurnError> {
+    let started = Instant::now();
+    let turn_deadline = started + turn_timeout(registry, &request)?;
+    if let Some(budget) = request.budget {
+        check_range(
+            "budget.maxBytes",
+            budget.max_bytes as u64,
+            MIN_BUDGET_BYTES as u64,
+            MAX_BUDGET_BYTES as u64,
+        )?;
+    }
+    let runtime = tenant
+        .projects
+        .get(&request.project)
+        .ok_or_else(|| TurnError::UnknownProject(request.project.clone()))?;
+    let project = &runtime.project;
+    let profile_id = request.profile.as_deref().unwrap_or("default");
+    let profile = project
+        .profile(profile_id)
+        .ok_or_else(|| TurnError::UnknownProfile(profile_id.to_owned()))?;
+    let gate_request = GateRequest {
+        profile,
+        objective: request.objective.as_deref(),
+        consumer: request.consumer.as_deref(),
+        inputs: &request.inputs,
+    };
+    let plan = match registry.mode {
+        Mode::Live => gate::plan(project, &gate_request, &|id| {
+            runtime.providers.contains_key(id)
+        }),
+        Mode::Fixtures => gate::plan(project, &gate_request, &|_| true),
+    };
+
+    let (outcomes, facts): (Vec<Outcome>, Vec<CallFacts>) = join_all(
+        plan.invocations
+            .iter()
+            .map(|invocation| invoke(registry.mode, runtime, invocation, turn_deadline)),
+    )
+    .await
+    .into_iter()
+    .unzip();
+    let max_bytes = fixtures::budget(project, request.budget.map(|b| b.max_bytes));
+    let result = kernel::assemble(
+        project,
+        &plan,
+        &outcomes,
+        max_bytes,
+        &kernel::random_nonce(),
+    );
+    let response = respond(
+        registry,
+        runtime,
+        &plan.invocations,
+        &facts,
+        result,
+        &request,
+        profile_id,
+        started,
+    );
+    tracing::info!(
+        tenant = %tenant.id,
+        project = %project.id(),
+        turn_id = %response.turn_id,
+        blocked = response.blocked,
+        providers = response.providers.len(),
+        duration_ms = response.duration_ms,
+        "turn answered"
+    );
+    Ok(response)
+}
+
+/// The turn's timeout: what it asks for (`deadlineMs`), never more than `max_turn_ms`.
+fn turn_timeout(registry: &Registry, request: &TurnRequest) -> Result<Duration, TurnError> {
+    let max = registry.max_turn;
+    match request.deadline_ms {
+        None => Ok(max),
+        Some(ms) => {
+            check_range(
+                "deadlineMs",
+                ms,
+                MIN_TIMEOUT_MS,
+                MAX_TIMEOUT_MS.max(max.as_millis() as u64),
+            )?;
+            Ok(Duration::from_millis(ms).min(max))
+        }
+    }
+}
+
+fn check_range(field: &str, value: u64, min: u64, max: u64) -> Result<(), TurnError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(TurnError::InvalidField {
+            field: field.to_owned(),
+            message: format!("{value} is out of range: use {min}..={max}"),
+        })
+    }
+}
+
+async fn invoke(
+    mode: Mode,
+    runtime: &ProjectRuntime,
+    invocation: &Invocation,
+    turn_deadline: Instant,
+) -> (Outcome, CallFacts) {
+    let started = Instant::now();
+    let (mut outcome, version_source) = match mode {
+        Mode::Fixtures => {
+            let outcome = match fixture_by_value(&runtime.project, invocation) {
+                Some(fixture) => fixtures::fixture_outcome(fixture, invocation.limit),
+                None => fixtures::missing_fixture(),
+            };
+            let source = outcome.version.is_some().then_some(VersionSource::Response);
+            (outcome, source)
+        }
+        Mode::Live => {
+            let call = invoke_live(runtime, invocation, turn_deadline);
+            match tokio::time::timeout_at(turn_deadline + DEADLINE_GRACE, call).await {
+                Ok(invoked) => invoked,
+                Err(_) => (
+                    Outcome::status(
+                        ProviderStatus::Timeout,
+                        Some(detail::DEADLINE.to_owned()),
+                        Source::Live,
+                    ),
+                    None,
+                ),
+            }
+        }
+    };
+    if outcome.status != ProviderStatus::Ok {
+        outcome.items.clear();
+    }
+    let facts = CallFacts {
+        version_source,
+        duration: started.elapsed(),
+    };
+    (outcome, facts)
+}
+
+async fn invoke_live(
+    runtime: &ProjectRuntime,
+    invocation: &Invocation,
+    turn_deadline: Instant,
+) -> (Outcome, Option<VersionSource>) {
+    let fail = |detail: &str| {
+        (
+            Outcome::status(
+                ProviderStatus::Unavailable,
+                Some(detail.to_owned()),
+                Source::Live,
+            ),
+            None,
+        )
+    };
+    let Some(handle) = runtime.providers.get(&invocation.provider_id) else {
+        // Gating only plans bound providers.
+        return (
+            Outcome::status(ProviderStatus::NotBound, None, Source::Live),
+            None,
+        );
+    };
+    let acquire_by = (Instant::now() + ACQUIRE_WAIT).min(turn_deadline);
+    let grant = match tokio::time::timeout_at(acquire_by, handle.addr.send(Acquire)).await {
+        Ok(Ok(Ok(grant))) => grant,
+        Ok(Ok(Err(Refusal::CircuitOpen))) => return fail(detail::CIRCUIT_OPEN),
+        Ok(Ok(Err(Refusal::Overloaded))) | Ok(Err(_)) | Err(_) => return fail(detail::OVERLOADED),
+    };
+    let provider_deadline = Instant::now() + grant.timeout;
+    let call = LookupCall {
+        provider: &invocation.provider_id,
+        key: &invocation.key,
+        value: &invocation.value,
+        limit: invocation.limit,
+        deadline: provider_deadline.min(turn_deadline),
+    };
+    let mut outcome = grant.implementation.lookup(&call).await;
+    drop(grant.permit);
+    // A call cut short by the turn's own (shorter) deadline says nothing about the
+    // provider: a client asking for tight deadlines must not open the circuit for all.
+    let cut_by_turn =
+        turn_deadline < provider_deadline && outcome.status == ProviderStatus::Timeout;
+    let result = if cut_by_turn {
+        CallResult::Neutral
+    } else {
+        classify(outcome.status, outcome.detail.as_deref())
+    };
+    if handle
+        .addr
+        .try_send(Report {
+            ticket: grant.ticket,
+            result,
+        })
+        .is_err()
+    {
+        tracing::debug!(provider = %invocation.provider_id, "breaker report dropped: provider mailbox full");
+    }
+    if outcome.status != ProviderStatus::Ok && outcome.status != ProviderStatus::NotFound {
+        tracing::warn!(
+            provider = %invocation.provider_id,
+            status = outcome.status.as_str(),
+            detail = outcome.detail.as_deref().unwrap_or(""),
+            "provider call failed"
+        );
+    }
+    let version_source = if outcome.version.is_some() {
+        Some(VersionSource::Response)
+    } else if let Some((version, source)) = grant.fallback_version {
+        outcome.version = Some(version);
+        Some(source)
+    } else {
+        None
+    };
+    (outcome, version_source)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn respond(
+    registry: &Registry,
+    runtime: &ProjectRuntime,
+    invocations: &[Invocation],
+    facts: &[CallFacts],
+    result: TurnResult,
+    request: &TurnRequest,
+    profile: &str,
+    started: Instant,
+) -> TurnResponse {
+    let key = &registry.digest_key;
+    let locator = |provider: &Option<String>, item_id: &Option<String>| match (provider, item_id) {
+        (Some(provider), Some(id)) => Some(key.locator(provider, id)),
+        _ => None,
+    };
+    let providers = result
+        .providers
+        .into_iter()
+        .map(|p| {
+            let extra = invocations
+                .iter()
+                .position(|i| i.provider_id == p.id)
+                .map(|i| &facts[i]);
+            ProviderReport {
+                version_source: extra.and_then(|e| e.version_source),
+                duration_ms: extra.map(|e| e.duration.as_millis() as u64),
+                version: p.version,
+                id: p.id,
+                status: p.status,
+                detail: p.detail,
+                source: p.source,
+                currentness: p.currentness,
+                revision: p.revision,
+                items: p.items,
+            }
+        })
+        .collect();
+    TurnResponse {
+        turn_id: uuid::Uuid::now_v7().to_string(),
+        project: runtime.project.id().to_owned(),
+        project_version: runtime.project.doc.version.clone(),
+        build_digest: runtime.project.digest.clone(),
+        binding_revision: runtime
+            .binding
+            .as_ref()
+            .map(|(revision, _)| revision.clone()),
+        binding_digest: runtime.binding.as_ref().map(|(_, digest)| digest.clone()),
+        profile: profile.to_owned(),
+        objective: request.objective.clone(),
+        consumer: request.consumer.clone(),
+        blocked: result.blocked,
+        blocking_layers: result.blocking_layers,
+        layers: result
+            .layers
+            .into_iter()
+            .map(|l| LayerReport {
+                id: l.id,
+                status: l.status,
+                reason: l.reason,
+                required: l.required,
+                providers: l.providers,
+                missing_inputs: l.missing_inputs,
+                currentness: l.currentness,
+            })
+            .collect(),
+        providers,
+        selections: result
+            .selections
+            .iter()
+            .map(|s| SelectionReport {
+                layer: s.layer.clone(),
+                locator: locator(&s.provider, &s.item_id),
+                provider: s.provider.clone(),
+                fingerprint: s.fingerprint.clone(),
+                bytes: s.bytes,
+                truncated: s.truncated,
+            })
+            .collect(),
+        cuts: result
+            .cuts
+            .iter()
+            .map(|c| CutReport {
+                layer: c.layer.clone(),
+                locator: locator(&c.provider, &c.item_id),
+                provider: c.provider.clone(),
+                action: c.action,
+                bytes_before: c.bytes_before,
+                bytes_after: c.bytes_after,
+            })
+            .collect(),
+        budget: BudgetReport {
+            max_bytes: result.budget.max_bytes,
+            used_bytes: result.budget.used_bytes,
+        },
+        rendered: result.rendered,
+        rendered_digest: result.rendered_digest,
+        duration_ms: started.elapsed().as_millis() as u64,
+    }
+}

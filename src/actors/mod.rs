@@ -1,0 +1,13 @@
+//! The actor runtime: a `ProviderActor` per tenant × provider binding owns the
+//! binding's client or pool, concurrency permits, circuit breaker and readiness; a
+//! `Coordinator` per HTTP worker plans each turn, fans out its invocations under the
+//! turn deadline and assembles the answer; `topology` starts them and shuts them down in
+//! order. Actors hold state and move messages; the rules live in the pure cores.
+
+pub mod coordinator;
+pub mod provider;
+pub mod topology;
+
+pub use coordinator::{Coordinator, RunTurn, TurnError};
+pub use provider::{Acquire, Grant, Observe, ProviderActor, ProviderSnapshot, Refusal, Report};
+pub use topology::{Mode, ProjectRuntime, ProviderHandle, Registry, TenantRuntime, Topology};

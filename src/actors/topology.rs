@@ -1,0 +1,290 @@
+//! Starting and stopping the runtime: loads every tenant's Projects and Bindings, starts
+//! one `ProviderActor` per tenant × provider binding (spread over a few arbiters), and
+//! shuts down in order — providers stop and pools close only after the HTTP server has
+//! finished its in-flight turns.
+
+use super::provider::{Observe, ProviderActor, ProviderSnapshot, Shutdown};
+use crate::config::{Binding, EnvVars, ProviderKind, ServerConfig};
+use crate::project::Project;
+use crate::providers::http::HttpProvider;
+use crate::providers::sqlite::SqliteProvider;
+use crate::providers::{Implementation, Secret};
+use crate::trace::DigestKey;
+use actix::prelude::*;
+use anyhow::{Context as _, anyhow, bail};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Where provider answers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The bound providers.
+    Live,
+    /// The Projects' Context Test fixtures, matched by lookup value (`serve --fixtures`).
+    Fixtures,
+}
+
+/// Everything a turn needs to find, shared by every worker.
+pub struct Registry {
+    pub tenants: Vec<Arc<TenantRuntime>>,
+    pub digest_key: DigestKey,
+    /// Longest turn deadline.
+    pub max_turn: Duration,
+    pub max_body_bytes: usize,
+    pub mode: Mode,
+    /// Set when shutdown starts: new turns get `503 RUNTIME_UNAVAILABLE`.
+    pub shutting_down: AtomicBool,
+}
+
+pub struct TenantRuntime {
+    pub id: String,
+    /// SHA-256 of the tenant's API key.
+    pub key_sha256: [u8; 32],
+    pub max_in_flight: usize,
+    /// Turns of this tenant in flight; bounded by `max_in_flight` (429 beyond).
+    pub in_flight: AtomicUsize,
+    pub projects: BTreeMap<String, Arc<ProjectRuntime>>,
+}
+
+pub struct ProjectRuntime {
+    pub project: Project,
+    /// `(revision, digest)` of the Deployment Binding (live mode).
+    pub binding: Option<(String, String)>,
+    /// Bound providers by id.
+    pub providers: HashMap<String, ProviderHandle>,
+}
+
+#[derive(Clone)]
+pub struct ProviderHandle {
+    pub addr: Addr<ProviderActor>,
+}
+
+/// The running runtime: the registry and what must be stopped.
+pub struct Topology {
+    registry: Arc<Registry>,
+    providers: Vec<Addr<ProviderActor>>,
+    arbiters: Vec<Arbiter>,
+}
+
+/// Provider actors are spread over this many arbiters. They only grant permits, so
+/// a few threads are plenty; the I/O runs on the callers' threads.
+const PROVIDER_ARBITERS: usize = 2;
+
+impl Topology {
+    /// Loads and starts everything. Must run inside an actix `System`.
+    pub async fn start(
+        config: &ServerConfig,
+        env: &EnvVars,
+        mode: Mode,
+    ) -> anyhow::Result<Topology> {
+        let problems = config.environment_problems(env);
+        if !problems.is_empty() {
+            let lines: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+            bail!("the environment is not ready:\n  {}", lines.join("\n  "));
+        }
+        let key_dir = match &config.trace.store {
+            crate::config::TraceStore::Sqlite(path) => path
+                .parent()
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(".")),
+        };
+        let digest_key = DigestKey::resolve(
+            env.get(&config.trace.digest_key_env),
+            &config.trace.digest_key_env,
+            config.trace.generate_digest_key,
+            &key_dir,
+        )?;
+        let arbiters: Vec<Arbiter> = (0..PROVIDER_ARBITERS).map(|_| Arbiter::new()).collect();
+        let mut started: Vec<Addr<ProviderActor>> = Vec::new();
+        let mut tenants = Vec::new();
+        // One actor per tenant × binding file × provider id.
+        let mut actors: HashMap<(String, PathBuf, String), ProviderHandle> = HashMap::new();
+        for tenant in &config.tenants {
+            let key_sha256 = tenant
+                .api_key
+                .sha256(env)
+                .ok_or_else(|| anyhow!("tenant {}: its API key is not available", tenant.id))?;
+            let mut projects = BTreeMap::new();
+            for reference in &tenant.projects {
+                let project = Project::load(&reference.path)
+                    .map_err(|e| anyhow!("tenant {}: {e}", tenant.id))?;
+                let mut runtime = ProjectRuntime {
+                    project,
+                    binding: None,
+                    providers: HashMap::new(),
+                };
+                if mode == Mode::Live {
+                    let binding = Binding::load(&reference.binding)
+                        .map_err(|e| anyhow!("tenant {}: {e}", tenant.id))?;
+                    runtime.binding = Some((binding.revision.clone(), binding.digest.clone()));
+                    for spec in &runtime.project.providers {
+                        let Some(provider) = binding.providers.get(&spec.id) else {
+                            tracing::warn!(tenant = %tenant.id, provider = %spec.id, "provider has no binding; its layers will be NOT_BOUND");
+                            continue;
+                        };
+                        let key = (
+                            tenant.id.clone(),
+                            reference.binding.clone(),
+                            spec.id.clone(),
+                        );
+                        if let Some(handle) = actors.get(&key) {
+                            runtime.providers.insert(spec.id.clone(), handle.clone());
+                            continue;
+                        }
+                        let implementation =
+                            implementation(provider, env).await.with_context(|| {
+                                format!("tenant {}: provider {}", tenant.id, spec.id)
+                            })?;
+                        let actor =
+                            ProviderActor::new(&tenant.id, &spec.id, implementation, provider);
+                        let arbiter = &arbiters[started.len() % arbiters.len()];
+                        let addr =
+                            ProviderActor::start_in_arbiter(&arbiter.handle(), move |_| actor);
+                        started.push(addr.clone());
+                        let handle = ProviderHandle { addr };
+                        actors.insert(key, handle.clone());
+                        runtime.providers.insert(spec.id.clone(), handle);
+                    }
+                }
+                let id = runtime.project.id().to_owned();
+                if projects.insert(id.clone(), Arc::new(runtime)).is_some() {
+                    bail!("tenant {}: project {id} is configured twice", tenant.id);
+                }
+            }
+            tenants.push(Arc::new(TenantRuntime {
+                id: tenant.id.clone(),
+                key_sha256,
+                max_in_flight: tenant.max_in_flight,
+                in_flight: AtomicUsize::new(0),
+                projects,
+            }));
+        }
+        Ok(Topology {
+            registry: Arc::new(Registry {
+                tenants,
+                digest_key,
+                max_turn: config.limits.max_turn,
+                max_body_bytes: config.server.max_body_bytes,
+                mode,
+                shutting_down: AtomicBool::new(false),
+            }),
+            providers: started,
+            arbiters,
+        })
+    }
+
+    pub fn registry(&self) -> Arc<Registry> {
+        Arc::clone(&self.registry)
+    }
+
+    /// Snapshots of every provider actor, for `/readyz` and tests.
+    pub async fn observe(providers: &[Addr<ProviderActor>]) -> Vec<ProviderSnapshot> {
+        let mut snapshots = Vec::with_capacity(providers.len());
+        for addr in providers {
+            if let Ok(snapshot) = addr.send(Observe).await {
+                snapshots.push(snapshot);
+            }
+        }
+        snapshots
+    }
+
+    pub fn provider_addrs(&self) -> Vec<Addr<ProviderActor>> {
+        self.providers.clone()
+    }
+
+    /// Stops providers (closing their pools), then their arbiters. Call after the HTTP
+    /// server has stopped, so no turn is still using a provider.
+    pub async fn shutdown(self) {
+        for addr in &self.providers {
+            let _ = addr.send(Shutdown).await;
+        }
+        for arbiter in &self.arbiters {
+            arbiter.stop();
+        }
+        for arbiter in self.arbiters {
+            let _ = actix_rt::task::spawn_blocking(move || arbiter.join()).await;
+        }
+    }
+}
+
+/// Builds the implementation a binding names. SQLite files are opened (read-only) and
+/// their query prepared now, so a broken binding stops `serve` instead of failing turns.
+async fn implementation(
+    binding: &crate::config::ProviderBinding,
+    env: &EnvVars,
+) -> anyhow::Result<Implementation> {
+    match &binding.kind {
+        ProviderKind::Http {
+            endpoint,
+            secret_env,
+        } => {
+            let secret = match secret_env {
+                Some(name) => {
+                    Some(Secret::new(env.get(name).ok_or_else(|| {
+                        anyhow!("secret env var {name} is not set")
+                    })?))
+                }
+                None => None,
+            };
+            let provider =
+                HttpProvider::new(endpoint.clone(), secret, &binding.pool, binding.timeout)
+                    .map_err(|e| anyhow!("{e}"))?;
+            Ok(Implementation::Http(provider))
+        }
+        ProviderKind::Sqlite { database, query } => {
+            let provider = SqliteProvider::open(database, query, &binding.pool)
+                .await
+                .map_err(|e| anyhow!("{e}"))?;
+            Ok(Implementation::Sqlite(provider))
+        }
+        #[allow(unreachable_patterns)]
+        other => bail!(
+            "provider type {} is not available in this version",
+            other.type_name()
+        ),
+    }
+}
+
+impl Registry {
+    /// The tenant whose API key hashes to `key_sha256`. Compares against every tenant in
+    /// constant time per comparison, so timing reveals neither which tenant matched nor
+    /// how much of a key did.
+    pub fn tenant_for_key(&self, key_sha256: &[u8; 32]) -> Option<Arc<TenantRuntime>> {
+        let mut found = None;
+        for tenant in &self.tenants {
+            if constant_time_eq(&tenant.key_sha256, key_sha256) {
+                found = Some(Arc::clone(tenant));
+            }
+        }
+        found
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+}
+
+fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let difference = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(difference) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_comparison() {
+        let a = [7u8; 32];
+        let mut b = a;
+        assert!(constant_time_eq(&a, &b));
+        b[31] ^= 1;
+        assert!(!constant_time_eq(&a, &b));
+        b = a;
+        b[0] ^= 0x80;
+        assert!(!constant_time_eq(&a, &b));
+    }
+}

@@ -1,0 +1,48 @@
+//! The HTTP API (actix-web): `POST /v1/turns`, `GET /healthz`, `GET /readyz`. Turns HTTP
+//! into messages and errors into status codes — the only place that does — and holds no
+//! business rules.
+
+mod errors;
+mod routes;
+
+pub use errors::ApiError;
+
+use crate::actors::{Coordinator, ProviderActor, Registry};
+use actix::prelude::*;
+use actix_web::{App, HttpServer, dev::Server, web};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Shared by every worker.
+pub struct ApiState {
+    pub registry: Arc<Registry>,
+    /// Every provider actor, for `/readyz`.
+    pub providers: Vec<Addr<ProviderActor>>,
+}
+
+/// Builds the server on an already bound listener (tests bind `127.0.0.1:0`). Signals
+/// are not handled here: the caller owns shutdown and its order.
+pub fn server(
+    listener: TcpListener,
+    state: ApiState,
+    workers: usize,
+    shutdown_grace: Duration,
+) -> std::io::Result<Server> {
+    let state = web::Data::new(state);
+    let server = HttpServer::new(move || {
+        // One coordinator per worker, on the worker's own thread.
+        let coordinator = Coordinator::new(Arc::clone(&state.registry)).start();
+        App::new()
+            .app_data(state.clone())
+            .app_data(web::Data::new(coordinator))
+            .configure(routes::configure)
+            .default_service(web::to(routes::not_found))
+    })
+    .workers(workers.max(1))
+    .disable_signals()
+    .shutdown_timeout(shutdown_grace.as_secs().max(1))
+    .listen(listener)?
+    .run();
+    Ok(server)
+}

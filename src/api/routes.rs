@@ -1,0 +1,240 @@
+//! Route handlers: authentication, body limits, parsing, the per-tenant in-flight limit,
+//! and the hand-off to the worker's `Coordinator`.
+
+use super::{ApiError, ApiState};
+use crate::actors::{Coordinator, RunTurn, TenantRuntime, Topology};
+use crate::contract::TurnRequest;
+use actix::Addr;
+use actix_web::{HttpRequest, HttpResponse, web};
+use futures_util::StreamExt;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+pub fn configure(config: &mut web::ServiceConfig) {
+    config
+        .route("/v1/turns", web::post().to(turn))
+        .route("/v1/turns", web::to(method_not_allowed))
+        .route("/healthz", web::get().to(healthz))
+        .route("/readyz", web::get().to(readyz));
+}
+
+pub async fn not_found() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::NotFound {
+        message: "no such route".to_owned(),
+    })
+}
+
+async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::MethodNotAllowed)
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"status": "ok"}))
+}
+
+/// 503 while shutting down or before every provider finished its first probe; otherwise
+/// 200 with `ready` or `degraded` (some provider's last probe failed — its turns still
+/// answer, with that provider's failures as statuses).
+async fn readyz(state: web::Data<ApiState>) -> HttpResponse {
+    if state.registry.is_shutting_down() {
+        return HttpResponse::ServiceUnavailable().json(json!({"status": "shutting_down"}));
+    }
+    let snapshots = Topology::observe(&state.providers).await;
+    let providers: Vec<_> = snapshots
+        .iter()
+        .map(|s| {
+            json!({
+                "tenant": s.tenant,
+                "provider": s.provider,
+                "type": s.type_name,
+                "ready": s.ready,
+                "problem": s.problem,
+                "circuit": s.breaker.state.as_str(),
+                "inFlight": s.in_flight,
+            })
+        })
+        .collect();
+    let starting =
+        snapshots.iter().any(|s| s.ready.is_none()) || snapshots.len() < state.providers.len();
+    let degraded = snapshots.iter().any(|s| s.ready == Some(false));
+    let status = if starting {
+        "starting"
+    } else if degraded {
+        "degraded"
+    } else {
+        "ready"
+    };
+    let body = json!({"status": status, "providers": providers});
+    if starting {
+        HttpResponse::ServiceUnavailable().json(body)
+    } else {
+        HttpResponse::Ok().json(body)
+    }
+}
+
+/// Decrements the tenant's in-flight count when the turn ends, however it ends.
+struct InFlight(Arc<TenantRuntime>);
+
+impl InFlight {
+    fn enter(tenant: Arc<TenantRuntime>) -> Result<InFlight, ApiError> {
+        let previous = tenant.in_flight.fetch_add(1, Ordering::AcqRel);
+        if previous >= tenant.max_in_flight {
+            tenant.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(ApiError::TooManyTurns {
+                limit: tenant.max_in_flight,
+            });
+        }
+        Ok(InFlight(tenant))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+async fn turn(
+    request: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<ApiState>,
+    coordinator: web::Data<Addr<Coordinator>>,
+) -> Result<HttpResponse, ApiError> {
+    let registry = &state.registry;
+    if registry.is_shutting_down() {
+        return Err(shutting_down());
+    }
+    let tenant = authenticate(&request, registry)?;
+    let body = read_body(&request, payload, registry.max_body_bytes).await?;
+    let turn = parse_turn(&body)?;
+    let in_flight = InFlight::enter(tenant)?;
+    let tenant = Arc::clone(&in_flight.0);
+    let response = coordinator
+        .send(RunTurn {
+            tenant,
+            request: turn,
+        })
+        .await
+        .map_err(|_| shutting_down())??;
+    drop(in_flight);
+    Ok(HttpResponse::Ok().json(response))
+}
+
+fn shutting_down() -> ApiError {
+    ApiError::RuntimeUnavailable {
+        message: "ctxd is shutting down".to_owned(),
+    }
+}
+
+fn authenticate(
+    request: &HttpRequest,
+    registry: &crate::actors::Registry,
+) -> Result<Arc<TenantRuntime>, ApiError> {
+    let header = request
+        .headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or(ApiError::Unauthorized)?;
+    let (scheme, key) = header.split_once(' ').ok_or(ApiError::Unauthorized)?;
+    if !scheme.eq_ignore_ascii_case("bearer") || key.trim().is_empty() {
+        return Err(ApiError::Unauthorized);
+    }
+    let hash: [u8; 32] = Sha256::digest(key.trim().as_bytes()).into();
+    registry.tenant_for_key(&hash).ok_or(ApiError::Unauthorized)
+}
+
+/// Reads the body, refusing it as soon as it exceeds `limit` (Content-Length first).
+async fn read_body(
+    request: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<web::BytesMut, ApiError> {
+    let declared = request
+        .headers()
+        .get(actix_web::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|length| length > limit) {
+        return Err(ApiError::PayloadTooLarge { limit });
+    }
+    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::BadRequest {
+            field: None,
+            message: format!("cannot read the request body: {e}"),
+        })?;
+        if body.len() + chunk.len() > limit {
+            return Err(ApiError::PayloadTooLarge { limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Parses a turn request; an error names the field (`inputs.customerId`, `budget`…).
+pub fn parse_turn(body: &[u8]) -> Result<TurnRequest, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let turn: TurnRequest = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let field = (path != ".").then_some(path);
+        let inner = e.into_inner();
+        ApiError::BadRequest {
+            message: match &field {
+                Some(field) => format!("{field}: {inner}"),
+                None => format!("the body is not a valid turn request: {inner}"),
+            },
+            field,
+        }
+    })?;
+    deserializer.end().map_err(|e| ApiError::BadRequest {
+        field: None,
+        message: format!("trailing data after the turn request: {e}"),
+    })?;
+    Ok(turn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bad_field(body: &str) -> (Option<String>, String) {
+        match parse_turn(body.as_bytes()) {
+            Err(ApiError::BadRequest { field, message }) => (field, message),
+            other => panic!("expected a bad request, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parse_errors_name_the_field() {
+        let (field, message) = bad_field(r#"{"project": "p", "inputs": {"customerId": 42}}"#);
+        assert_eq!(field.as_deref(), Some("inputs.customerId"));
+        assert!(message.contains("invalid type"), "{message}");
+        let (field, message) = bad_field(r#"{"project": "p", "colour": "red"}"#);
+        assert_eq!(field.as_deref(), Some("colour"));
+        assert!(message.contains("unknown field `colour`"), "{message}");
+        let (field, _) = bad_field(r#"{"project": "p", "budget": {"maxBytes": "big"}}"#);
+        assert_eq!(field.as_deref(), Some("budget.maxBytes"));
+        let (field, message) = bad_field(r#"{"inputs": {}}"#);
+        assert_eq!(field, None);
+        assert!(message.contains("missing field `project`"), "{message}");
+        let (_, message) = bad_field("not json");
+        assert!(message.contains("not a valid turn request"));
+        let (_, message) = bad_field(r#"{"project": "p"} {}"#);
+        assert!(message.contains("trailing data"));
+    }
+
+    #[test]
+    fn a_valid_turn_parses() {
+        let turn = parse_turn(
+            br#"{"project": "support", "profile": "default", "objective": "billing",
+                 "consumer": "support-agent", "inputs": {"customerId": "CUST-1042"},
+                 "budget": {"maxBytes": 8000}, "deadlineMs": 900}"#,
+        )
+        .unwrap();
+        assert_eq!(turn.inputs["customerId"], "CUST-1042");
+        assert_eq!(turn.budget.unwrap().max_bytes, 8000);
+        assert_eq!(turn.deadline_ms, Some(900));
+    }
+}

@@ -1,0 +1,93 @@
+//! `ctxd serve [--config F] [--listen ADDR] [--fixtures]`: run the multi-tenant API
+//! until SIGTERM or SIGINT, then shut down in order: stop accepting, finish in-flight
+//! turns within the grace period, stop providers and close their pools.
+
+use crate::actors::{Mode, Topology};
+use crate::api::{self, ApiState};
+use crate::config::{EnvVars, ServerConfig};
+use anyhow::{Context, anyhow};
+use clap::Args;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[arg(long, default_value = "config/ctxd.toml")]
+    pub config: PathBuf,
+    /// Listen address; overrides `[server] listen` (use 127.0.0.1:0 for any free port)
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Answer turns from the Projects' Context Test fixtures instead of the bound
+    /// providers (source TEST_FIXTURE), for offline development
+    #[arg(long)]
+    pub fixtures: bool,
+    /// HTTP worker threads (default: one per CPU)
+    #[arg(long)]
+    pub workers: Option<usize>,
+}
+
+pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    crate::telemetry::init_logging();
+    let env = EnvVars::from_process();
+    let config = ServerConfig::load(&args.config).map_err(|e| anyhow!("{e}"))?;
+    let listen = args.listen.unwrap_or(config.server.listen);
+    let mode = if args.fixtures {
+        Mode::Fixtures
+    } else {
+        Mode::Live
+    };
+    let workers = args
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let grace = config.server.shutdown_grace;
+
+    actix_rt::System::new().block_on(async move {
+        let topology = Topology::start(&config, &env, mode).await?;
+        let listener = std::net::TcpListener::bind(listen)
+            .with_context(|| format!("cannot listen on {listen}"))?;
+        let address = listener.local_addr()?;
+        let registry = topology.registry();
+        let state = ApiState {
+            registry: topology.registry(),
+            providers: topology.provider_addrs(),
+        };
+        let server = api::server(listener, state, workers, grace)?;
+        let handle = server.handle();
+        let serving = actix_rt::spawn(server);
+        tracing::info!(%address, mode = ?mode, workers, "ctxd serving");
+        // The line tests and scripts wait for.
+        println!("ctxd listening on http://{address}");
+        std::io::stdout().flush()?;
+
+        wait_for_signal().await;
+        tracing::info!("shutting down: finishing in-flight turns");
+        registry.shutting_down.store(true, Ordering::SeqCst);
+        // Graceful: stops accepting, waits for in-flight requests up to the grace period.
+        handle.stop(true).await;
+        let _ = serving.await;
+        topology.shutdown().await;
+        tracing::info!("shut down");
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
+        let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
