@@ -7,6 +7,7 @@
 
 use super::provider::{Acquire, Refusal, Report};
 use super::topology::{Mode, ProjectRuntime, Registry, TenantRuntime};
+use crate::config::{DEFAULT_RETENTION_TTL, Retention};
 use crate::contract::{
     BudgetReport, CutReport, LayerReport, ProviderReport, ProviderStatus, SelectionReport, Source,
     TurnRequest, TurnResponse, VersionSource,
@@ -18,10 +19,13 @@ use crate::project::{MAX_BUDGET_BYTES, MIN_BUDGET_BYTES};
 use crate::providers::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
 use crate::providers::{LookupCall, detail};
 use crate::resilience::breaker::{CallResult, classify};
+use crate::trace::capture::{InvocationFacts, Locators, ProviderTraceSettings, TurnFacts, capture};
 use actix::prelude::*;
 use futures_util::future::join_all;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
+use std::time::SystemTime;
 use tokio::time::Instant;
 
 pub const MAILBOX_CAPACITY: usize = 4096;
@@ -70,6 +74,10 @@ pub enum TurnError {
     UnknownProfile(String),
     #[error("{field}: {message}")]
     InvalidField { field: String, message: String },
+    /// The trace queue stayed full for the whole backpressure wait: the turn is not
+    /// answered, because an answered turn without its trace would break provenance.
+    #[error("the trace writer is not keeping up; the turn was not answered")]
+    TraceBackpressure,
 }
 
 impl Handler<RunTurn> for Coordinator {
@@ -81,11 +89,8 @@ impl Handler<RunTurn> for Coordinator {
     }
 }
 
-/// What the response reports beside an invocation's outcome.
-struct CallFacts {
-    version_source: Option<VersionSource>,
-    duration: Duration,
-}
+/// What the response and the trace report beside an invocation's outcome.
+type CallFacts = InvocationFacts;
 
 async fn run_turn(
     registry: &Registry,
@@ -93,7 +98,9 @@ async fn run_turn(
     request: TurnRequest,
 ) -> Result<TurnResponse, TurnError> {
     let started = Instant::now();
-    let turn_deadline = started + turn_timeout(registry, &request)?;
+    let started_at = SystemTime::now();
+    let timeout = turn_timeout(registry, &request)?;
+    let turn_deadline = started + timeout;
     if let Some(budget) = request.budget {
         check_range(
             "budget.maxBytes",
@@ -140,15 +147,64 @@ async fn run_turn(
         max_bytes,
         &kernel::random_nonce(),
     );
+    let turn_id = uuid::Uuid::now_v7().to_string();
+    let locators = Locators::of(&result, &registry.digest_key);
+    let duration = started.elapsed();
+    let mut trace = capture(
+        &TurnFacts {
+            turn_id: &turn_id,
+            tenant: &tenant.id,
+            project,
+            binding: runtime
+                .binding
+                .as_ref()
+                .map(|(r, d)| (r.as_str(), d.as_str())),
+            profile: profile_id,
+            objective: request.objective.as_deref(),
+            consumer: request.consumer.as_deref(),
+            inputs: &request.inputs,
+            deadline: timeout,
+            mode: match registry.mode {
+                Mode::Live => Source::Live,
+                Mode::Fixtures => Source::TestFixture,
+            },
+            started_at,
+            duration,
+        },
+        &plan,
+        &outcomes,
+        &facts,
+        &result,
+        &locators,
+        &registry.digest_key,
+        &|provider| trace_settings(registry.mode, runtime, provider),
+    );
+    let record_build = !runtime.build_recorded.swap(true, Ordering::AcqRel);
+    if record_build {
+        trace.build = Some((project.digest.clone(), runtime.build_json.clone()));
+    }
+    if registry
+        .traces
+        .enqueue(trace, registry.trace_wait)
+        .await
+        .is_err()
+    {
+        if record_build {
+            runtime.build_recorded.store(false, Ordering::Release);
+        }
+        tracing::error!(tenant = %tenant.id, project = %project.id(), "trace queue full: turn refused");
+        return Err(TurnError::TraceBackpressure);
+    }
     let response = respond(
-        registry,
         runtime,
         &plan.invocations,
         &facts,
         result,
+        locators,
         &request,
         profile_id,
-        started,
+        turn_id,
+        duration,
     );
     tracing::info!(
         tenant = %tenant.id,
@@ -227,6 +283,7 @@ async fn invoke(
     let facts = CallFacts {
         version_source,
         duration: started.elapsed(),
+        observed_at: SystemTime::now(),
     };
     (outcome, facts)
 }
@@ -307,33 +364,57 @@ async fn invoke_live(
     (outcome, version_source)
 }
 
+/// How provenance sees a provider of this project: its type and retention.
+fn trace_settings<'r>(
+    mode: Mode,
+    runtime: &'r ProjectRuntime,
+    provider: &str,
+) -> ProviderTraceSettings<'r> {
+    match (mode, runtime.providers.get(provider)) {
+        (Mode::Fixtures, _) => ProviderTraceSettings {
+            provider_type: Some("fixture"),
+            retention: Retention::default(),
+            retention_ttl: DEFAULT_RETENTION_TTL,
+        },
+        (Mode::Live, Some(handle)) => ProviderTraceSettings {
+            provider_type: Some(handle.type_name),
+            retention: handle.retention,
+            retention_ttl: handle.retention_ttl,
+        },
+        (Mode::Live, None) => ProviderTraceSettings {
+            provider_type: None,
+            retention: Retention::default(),
+            retention_ttl: DEFAULT_RETENTION_TTL,
+        },
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn respond(
-    registry: &Registry,
     runtime: &ProjectRuntime,
     invocations: &[Invocation],
     facts: &[CallFacts],
     result: TurnResult,
+    locators: Locators,
     request: &TurnRequest,
     profile: &str,
-    started: Instant,
+    turn_id: String,
+    duration: Duration,
 ) -> TurnResponse {
-    let key = &registry.digest_key;
-    let locator = |provider: &Option<String>, item_id: &Option<String>| match (provider, item_id) {
-        (Some(provider), Some(id)) => Some(key.locator(provider, id)),
-        _ => None,
+    let facts_of = |provider: &str| {
+        invocations
+            .iter()
+            .position(|i| i.provider_id == provider)
+            .map(|i| &facts[i])
     };
     let providers = result
         .providers
         .into_iter()
         .map(|p| {
-            let extra = invocations
-                .iter()
-                .position(|i| i.provider_id == p.id)
-                .map(|i| &facts[i]);
+            let facts = facts_of(&p.id);
             ProviderReport {
-                version_source: extra.and_then(|e| e.version_source),
-                duration_ms: extra.map(|e| e.duration.as_millis() as u64),
+                version_source: facts.and_then(|f| f.version_source),
+                duration_ms: facts.map(|f| f.duration.as_millis() as u64),
                 version: p.version,
                 id: p.id,
                 status: p.status,
@@ -346,7 +427,7 @@ fn respond(
         })
         .collect();
     TurnResponse {
-        turn_id: uuid::Uuid::now_v7().to_string(),
+        turn_id,
         project: runtime.project.id().to_owned(),
         project_version: runtime.project.doc.version.clone(),
         build_digest: runtime.project.digest.clone(),
@@ -376,23 +457,25 @@ fn respond(
         providers,
         selections: result
             .selections
-            .iter()
-            .map(|s| SelectionReport {
-                layer: s.layer.clone(),
-                locator: locator(&s.provider, &s.item_id),
-                provider: s.provider.clone(),
-                fingerprint: s.fingerprint.clone(),
+            .into_iter()
+            .zip(locators.selections)
+            .map(|(s, locator)| SelectionReport {
+                layer: s.layer,
+                locator,
+                provider: s.provider,
+                fingerprint: s.fingerprint,
                 bytes: s.bytes,
                 truncated: s.truncated,
             })
             .collect(),
         cuts: result
             .cuts
-            .iter()
-            .map(|c| CutReport {
-                layer: c.layer.clone(),
-                locator: locator(&c.provider, &c.item_id),
-                provider: c.provider.clone(),
+            .into_iter()
+            .zip(locators.cuts)
+            .map(|(c, locator)| CutReport {
+                layer: c.layer,
+                locator,
+                provider: c.provider,
                 action: c.action,
                 bytes_before: c.bytes_before,
                 bytes_after: c.bytes_after,
@@ -404,6 +487,6 @@ fn respond(
         },
         rendered: result.rendered,
         rendered_digest: result.rendered_digest,
-        duration_ms: started.elapsed().as_millis() as u64,
+        duration_ms: duration.as_millis() as u64,
     }
 }

@@ -4,12 +4,14 @@
 //! finished its in-flight turns.
 
 use super::provider::{Observe, ProviderActor, ProviderSnapshot, Shutdown};
+use crate::config::Retention;
 use crate::config::{Binding, EnvVars, ProviderKind, ServerConfig};
 use crate::project::Project;
 use crate::providers::http::HttpProvider;
 use crate::providers::sqlite::SqliteProvider;
 use crate::providers::{Implementation, Secret};
 use crate::trace::DigestKey;
+use crate::trace::writer::{self, TraceSender, TraceWriterHandle, WriterSettings};
 use actix::prelude::*;
 use anyhow::{Context as _, anyhow, bail};
 use std::collections::{BTreeMap, HashMap};
@@ -37,6 +39,12 @@ pub struct Registry {
     pub mode: Mode,
     /// Set when shutdown starts: new turns get `503 RUNTIME_UNAVAILABLE`.
     pub shutting_down: AtomicBool,
+    /// The trace writer's queue.
+    pub traces: TraceSender,
+    /// Longest wait for room in the trace queue before a turn is refused with 503.
+    pub trace_wait: Duration,
+    /// The trace store, for searches and replays (read-only connections).
+    pub store_path: PathBuf,
 }
 
 pub struct TenantRuntime {
@@ -51,6 +59,10 @@ pub struct TenantRuntime {
 
 pub struct ProjectRuntime {
     pub project: Project,
+    /// The Build's JSON, recorded once in the trace store so replays run the same build.
+    pub build_json: String,
+    /// Whether this process has already handed the Build to the trace writer.
+    pub build_recorded: AtomicBool,
     /// `(revision, digest)` of the Deployment Binding (live mode).
     pub binding: Option<(String, String)>,
     /// Bound providers by id.
@@ -60,6 +72,10 @@ pub struct ProjectRuntime {
 #[derive(Clone)]
 pub struct ProviderHandle {
     pub addr: Addr<ProviderActor>,
+    pub type_name: &'static str,
+    /// What traces keep of this provider's items, and for how long.
+    pub retention: Retention,
+    pub retention_ttl: Duration,
 }
 
 /// The running runtime: the registry and what must be stopped.
@@ -67,6 +83,7 @@ pub struct Topology {
     registry: Arc<Registry>,
     providers: Vec<Addr<ProviderActor>>,
     arbiters: Vec<Arbiter>,
+    writer: TraceWriterHandle,
 }
 
 /// Provider actors are spread over this many arbiters. They only grant permits, so
@@ -85,18 +102,27 @@ impl Topology {
             let lines: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
             bail!("the environment is not ready:\n  {}", lines.join("\n  "));
         }
-        let key_dir = match &config.trace.store {
-            crate::config::TraceStore::Sqlite(path) => path
-                .parent()
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(".")),
+        let store_path = match &config.trace.store {
+            crate::config::TraceStore::Sqlite(path) => path.clone(),
         };
+        let key_dir = store_path
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."));
         let digest_key = DigestKey::resolve(
             env.get(&config.trace.digest_key_env),
             &config.trace.digest_key_env,
             config.trace.generate_digest_key,
             &key_dir,
         )?;
+        let settings = WriterSettings {
+            queue_capacity: config.trace.queue_capacity,
+            batch_size: config.trace.batch_size,
+            batch_delay: config.trace.batch_delay,
+            ..WriterSettings::default()
+        };
+        let (traces, writer) =
+            writer::spawn(&store_path, &digest_key, settings).map_err(|e| anyhow!("{e}"))?;
         let arbiters: Vec<Arbiter> = (0..PROVIDER_ARBITERS).map(|_| Arbiter::new()).collect();
         let mut started: Vec<Addr<ProviderActor>> = Vec::new();
         let mut tenants = Vec::new();
@@ -112,6 +138,8 @@ impl Topology {
                 let project = Project::load(&reference.path)
                     .map_err(|e| anyhow!("tenant {}: {e}", tenant.id))?;
                 let mut runtime = ProjectRuntime {
+                    build_json: project.build().to_json_pretty(),
+                    build_recorded: AtomicBool::new(false),
                     project,
                     binding: None,
                     providers: HashMap::new(),
@@ -144,7 +172,12 @@ impl Topology {
                         let addr =
                             ProviderActor::start_in_arbiter(&arbiter.handle(), move |_| actor);
                         started.push(addr.clone());
-                        let handle = ProviderHandle { addr };
+                        let handle = ProviderHandle {
+                            addr,
+                            type_name: provider.kind.type_name(),
+                            retention: provider.retention,
+                            retention_ttl: provider.retention_ttl,
+                        };
                         actors.insert(key, handle.clone());
                         runtime.providers.insert(spec.id.clone(), handle);
                     }
@@ -170,9 +203,13 @@ impl Topology {
                 max_body_bytes: config.server.max_body_bytes,
                 mode,
                 shutting_down: AtomicBool::new(false),
+                traces,
+                trace_wait: config.trace.backpressure_wait,
+                store_path,
             }),
             providers: started,
             arbiters,
+            writer,
         })
     }
 
@@ -195,9 +232,10 @@ impl Topology {
         self.providers.clone()
     }
 
-    /// Stops providers (closing their pools), then their arbiters. Call after the HTTP
-    /// server has stopped, so no turn is still using a provider.
-    pub async fn shutdown(self) {
+    /// Stops providers (closing their pools), then their arbiters, then flushes and stops
+    /// the trace writer — last, so every answered turn's trace is committed. Call after
+    /// the HTTP server has stopped, so no turn is still running.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
         for addr in &self.providers {
             let _ = addr.send(Shutdown).await;
         }
@@ -207,6 +245,17 @@ impl Topology {
         for arbiter in self.arbiters {
             let _ = actix_rt::task::spawn_blocking(move || arbiter.join()).await;
         }
+        let writer = self.writer;
+        let stats = actix_rt::task::spawn_blocking(move || writer.shutdown())
+            .await
+            .map_err(|e| anyhow!("the trace writer did not stop: {e}"))?
+            .map_err(|e| anyhow!("{e}"))?;
+        tracing::info!(
+            records = stats.records,
+            batches = stats.batches,
+            "traces flushed"
+        );
+        Ok(())
     }
 }
 

@@ -22,6 +22,9 @@ pub enum ApiError {
     MethodNotAllowed,
     /// 413: the body exceeds `max_body_bytes`.
     PayloadTooLarge { limit: usize },
+    /// 422: the request is well-formed but cannot be carried out (a replay whose build
+    /// is not in the store).
+    Unprocessable { message: String },
     /// 429: the tenant's in-flight turns are at `max_in_flight`.
     TooManyTurns { limit: usize },
     /// 503: ctxd itself cannot serve (shutting down). Never a provider's failure.
@@ -37,6 +40,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             ApiError::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
             ApiError::TooManyTurns { .. } => "TOO_MANY_TURNS",
+            ApiError::Unprocessable { .. } => "UNPROCESSABLE",
             ApiError::RuntimeUnavailable { .. } => "RUNTIME_UNAVAILABLE",
         }
     }
@@ -48,6 +52,7 @@ impl ApiError {
             }
             ApiError::BadRequest { message, .. }
             | ApiError::NotFound { message }
+            | ApiError::Unprocessable { message }
             | ApiError::RuntimeUnavailable { message } => message.clone(),
             ApiError::MethodNotAllowed => "method not allowed".to_owned(),
             ApiError::PayloadTooLarge { limit } => {
@@ -76,6 +81,9 @@ impl From<TurnError> for ApiError {
                 message: format!("{field}: {message}"),
                 field: Some(field),
             },
+            TurnError::TraceBackpressure => ApiError::RuntimeUnavailable {
+                message: error.to_string(),
+            },
         }
     }
 }
@@ -89,6 +97,7 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::TooManyTurns { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RuntimeUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }

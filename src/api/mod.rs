@@ -1,9 +1,11 @@
-//! The HTTP API (actix-web): `POST /v1/turns`, `GET /healthz`, `GET /readyz`. Turns HTTP
+//! The HTTP API (actix-web): `POST /v1/turns`, trace search, show and replay,
+//! `GET /healthz`, `GET /readyz`. Turns HTTP
 //! into messages and errors into status codes — the only place that does — and holds no
 //! business rules.
 
 mod errors;
 mod routes;
+mod traces;
 
 pub use errors::ApiError;
 
@@ -37,6 +39,7 @@ pub fn server(
             .app_data(state.clone())
             .app_data(web::Data::new(coordinator))
             .configure(routes::configure)
+            .configure(traces::configure)
             .default_service(web::to(routes::not_found))
     })
     .workers(workers.max(1))

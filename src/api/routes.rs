@@ -12,6 +12,10 @@ use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+/// Time beyond the longest turn deadline after which a turn is given up as
+/// `RUNTIME_UNAVAILABLE`: the coordinator is not keeping up.
+const COORDINATOR_MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub fn configure(config: &mut web::ServiceConfig) {
     config
         .route("/v1/turns", web::post().to(turn))
@@ -111,13 +115,21 @@ async fn turn(
     let turn = parse_turn(&body)?;
     let in_flight = InFlight::enter(tenant)?;
     let tenant = Arc::clone(&in_flight.0);
+    // Bounded like every request-path message: the turn's own deadline bounds the
+    // answer; past it (plus a margin) the coordinator is not keeping up.
     let response = coordinator
         .send(RunTurn {
             tenant,
             request: turn,
         })
+        .timeout(registry.max_turn + COORDINATOR_MARGIN)
         .await
-        .map_err(|_| shutting_down())??;
+        .map_err(|error| match error {
+            actix::MailboxError::Timeout => ApiError::RuntimeUnavailable {
+                message: "the turn could not be scheduled in time".to_owned(),
+            },
+            actix::MailboxError::Closed => shutting_down(),
+        })??;
     drop(in_flight);
     Ok(HttpResponse::Ok().json(response))
 }
@@ -128,7 +140,7 @@ fn shutting_down() -> ApiError {
     }
 }
 
-fn authenticate(
+pub(super) fn authenticate(
     request: &HttpRequest,
     registry: &crate::actors::Registry,
 ) -> Result<Arc<TenantRuntime>, ApiError> {
@@ -146,7 +158,7 @@ fn authenticate(
 }
 
 /// Reads the body, refusing it as soon as it exceeds `limit` (Content-Length first).
-async fn read_body(
+pub(super) async fn read_body(
     request: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,

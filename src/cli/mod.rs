@@ -3,8 +3,10 @@
 
 mod build;
 mod preview;
+mod replay;
 mod serve;
 mod test;
+mod traces;
 pub mod validate;
 
 use clap::{Parser, Subcommand};
@@ -33,6 +35,11 @@ pub enum Command {
     Test(test::TestArgs),
     /// Render one turn from the Project's fixtures, matched by lookup value
     Preview(preview::PreviewArgs),
+    /// Reproduce a recorded turn from the trace store with its original inputs, contacting
+    /// no provider (exit 0 exact, 1 not exact)
+    Replay(replay::ReplayArgs),
+    /// Search the trace store and show recorded turns, read-only (`search`, `show TURN`)
+    Traces(traces::TracesArgs),
 }
 
 /// Runs a parsed command line. Errors are for the caller to print with `{:#}`.
@@ -43,10 +50,31 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Build(args) => build::run(&args),
         Command::Test(args) => test::run(&args),
         Command::Preview(args) => preview::run(&args),
+        Command::Replay(args) => replay::run(&args),
+        Command::Traces(args) => traces::run(&args),
     }
 }
 
 /// Loads a Project or Build, turning every validation problem into one error line.
 fn load_project(path: &std::path::Path) -> anyhow::Result<crate::project::Project> {
     crate::project::Project::load(path).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Parses repeated `--input KEY=VALUE` arguments. A key given twice is an error.
+pub(crate) fn parse_inputs(
+    inputs: &[String],
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let mut map = std::collections::BTreeMap::new();
+    for input in inputs {
+        let Some((key, value)) = input.split_once('=') else {
+            anyhow::bail!("--input {input:?}: expected KEY=VALUE");
+        };
+        if key.is_empty() {
+            anyhow::bail!("--input {input:?}: the key is empty");
+        }
+        if map.insert(key.to_owned(), value.to_owned()).is_some() {
+            anyhow::bail!("--input {key}: given twice");
+        }
+    }
+    Ok(map)
 }

@@ -1,9 +1,8 @@
 //! `ctxd preview PROJECT.json --input k=v …`: render one turn from fixtures.
 
 use crate::fixtures::{PreviewRequest, preview};
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, ValueEnum};
-use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,7 +40,7 @@ pub fn run(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
         profile: args.profile.clone(),
         objective: args.objective.clone(),
         consumer: args.consumer.clone(),
-        inputs: parse_inputs(&args.inputs)?,
+        inputs: super::parse_inputs(&args.inputs)?,
         max_bytes: args.max_bytes,
     };
     let result = preview(&project, &request).context("cannot preview")?;
@@ -50,22 +49,6 @@ pub fn run(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
         Format::Human => print!("{}", human(&result)),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn parse_inputs(inputs: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
-    let mut map = BTreeMap::new();
-    for input in inputs {
-        let Some((key, value)) = input.split_once('=') else {
-            bail!("--input {input:?}: expected KEY=VALUE");
-        };
-        if key.is_empty() {
-            bail!("--input {input:?}: the key is empty");
-        }
-        if map.insert(key.to_owned(), value.to_owned()).is_some() {
-            bail!("--input {key}: given twice");
-        }
-    }
-    Ok(map)
 }
 
 fn human(result: &crate::fixtures::PreviewResult) -> String {

@@ -68,7 +68,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         // Graceful: stops accepting, waits for in-flight requests up to the grace period.
         handle.stop(true).await;
         let _ = serving.await;
-        topology.shutdown().await;
+        topology.shutdown().await?;
         tracing::info!("shut down");
         Ok::<_, anyhow::Error>(())
     })?;

@@ -27,7 +27,7 @@ const MAX_CONCURRENCY: i64 = 10_000;
 const MAX_REVISION_CHARS: usize = 128;
 const MAX_VERSION_CHARS: usize = 128;
 const MAX_CACHE_TTL: Duration = Duration::from_secs(3600);
-const DEFAULT_RETENTION_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+pub const DEFAULT_RETENTION_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 const MAX_RETENTION_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Provider types this version serves.

@@ -19,8 +19,8 @@ mod env;
 mod server;
 
 pub use binding::{
-    Binding, CacheSettings, CircuitSettings, DEFAULT_TIMEOUT_MS, PoolSettings, ProviderBinding,
-    ProviderKind, Retention,
+    Binding, CacheSettings, CircuitSettings, DEFAULT_RETENTION_TTL, DEFAULT_TIMEOUT_MS,
+    PoolSettings, ProviderBinding, ProviderKind, Retention,
 };
 pub use env::EnvVars;
 pub use server::{

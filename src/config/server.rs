@@ -62,6 +62,14 @@ pub struct TraceSettings {
     /// When the env var is unset, `serve` generates a key kept beside the trace store
     /// instead of refusing to start.
     pub generate_digest_key: bool,
+    /// Turns the trace writer's queue holds; beyond it turns wait (backpressure).
+    pub queue_capacity: usize,
+    /// A batch commits at this many turns, or after `batch_delay`, whichever first.
+    pub batch_size: usize,
+    /// Longest a trace waits in a batch: what a crash can lose at most.
+    pub batch_delay: Duration,
+    /// How long a turn waits for room in a full queue before `503`.
+    pub backpressure_wait: Duration,
 }
 
 /// Where traces are written.
@@ -234,6 +242,10 @@ struct RawTrace {
     store: Option<String>,
     digest_key_env: Option<String>,
     generate_digest_key: Option<bool>,
+    queue_capacity: Option<i64>,
+    batch_size: Option<i64>,
+    batch_ms: Option<i64>,
+    backpressure_ms: Option<i64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -383,10 +395,30 @@ fn check_trace(problems: &mut Problems, raw: RawTrace, base_dir: &Path) -> Optio
         .digest_key_env
         .unwrap_or_else(|| DEFAULT_DIGEST_KEY_ENV.to_owned());
     let name_ok = problems.env_name("trace.digest_key_env", &digest_key_env);
+    let queue_capacity = problems.int_in(
+        "trace.queue_capacity",
+        raw.queue_capacity.unwrap_or(8192),
+        1..=1_000_000,
+    );
+    let batch_size = problems.int_in(
+        "trace.batch_size",
+        raw.batch_size.unwrap_or(256),
+        1..=10_000,
+    );
+    let batch_ms = problems.int_in("trace.batch_ms", raw.batch_ms.unwrap_or(50), 1..=10_000);
+    let backpressure_ms = problems.int_in(
+        "trace.backpressure_ms",
+        raw.backpressure_ms.unwrap_or(200),
+        0..=10_000,
+    );
     Some(TraceSettings {
         store: store?,
         digest_key_env: name_ok.then_some(digest_key_env)?,
         generate_digest_key: raw.generate_digest_key.unwrap_or(false),
+        queue_capacity: queue_capacity? as usize,
+        batch_size: batch_size? as usize,
+        batch_delay: Duration::from_millis(batch_ms? as u64),
+        backpressure_wait: Duration::from_millis(backpressure_ms? as u64),
     })
 }
 

@@ -108,6 +108,22 @@ impl DigestKey {
         format!("{provider}/item-{}", &digest[..16])
     }
 
+    /// `hmac-sha256:<hex>` of one turn input (key name and value): a replay proves it
+    /// has the original inputs without the store ever holding them.
+    pub fn input_digest(&self, key: &str, value: &str) -> String {
+        let digest = self.keyed_hex(&[b"ctxd-input", key.as_bytes(), value.as_bytes()]);
+        format!("hmac-sha256:{digest}")
+    }
+
+    /// A 32-byte key derived for one purpose (e.g. `ctxd-retention` encrypts retained
+    /// content at rest), so one deployment key serves several uses independently.
+    pub fn derive(&self, purpose: &str) -> [u8; 32] {
+        let mut mac = self.mac();
+        mac.update(b"ctxd-derive");
+        mac.update(purpose.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
     /// `hmac-sha256:<hex>` of one lookup request (provider, key name, value).
     pub fn request_digest(&self, provider: &str, key: &str, value: &str) -> String {
         let digest = self.keyed_hex(&[
@@ -173,6 +189,17 @@ mod tests {
         assert!(a.starts_with("customer-data/item-"));
         assert_eq!(a.len(), "customer-data/item-".len() + 16);
         assert!(!a.contains("1042"));
+    }
+
+    #[test]
+    fn derived_keys_differ_by_purpose_and_key() {
+        assert_ne!(key(5).derive("a"), key(5).derive("b"));
+        assert_ne!(key(5).derive("a"), key(6).derive("a"));
+        assert_eq!(key(5).derive("a"), key(5).derive("a"));
+        assert_ne!(
+            key(5).input_digest("customerId", "CUST-1"),
+            key(5).request_digest("crm", "customerId", "CUST-1")
+        );
     }
 
     #[test]

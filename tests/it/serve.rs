@@ -658,7 +658,7 @@ async fn sigterm_under_load_answers_every_accepted_turn() {
         .delay(Duration::from_millis(150))
         .start()
         .await;
-    let (_deployment, mut ctxd) = start_one(&server, "");
+    let (deployment, mut ctxd) = start_one(&server, "");
     let url = ctxd.url("/v1/turns");
     let http = client();
     let mut workers = Vec::new();
@@ -713,6 +713,9 @@ async fn sigterm_under_load_answers_every_accepted_turn() {
     let status = ctxd.wait(Duration::from_secs(15));
     assert!(status.success(), "clean exit: {status:?}\n{}", ctxd.logs());
     assert!(total_ok > 16, "load was running: {total_ok}");
+    // The shutdown flushed every answered turn's trace, and nothing else.
+    let reader = ctxd::trace::store::TraceReader::open(&deployment.store(), None).unwrap();
+    assert_eq!(reader.counts().unwrap().turns, total_ok as u64);
     let logs = ctxd.logs();
     assert!(logs.contains("shutting down"));
     assert!(logs.contains("shut down"));

@@ -38,11 +38,16 @@ pub struct Deployment {
 
 impl Deployment {
     pub fn new(tenants: &[TenantSpec]) -> Deployment {
+        Deployment::with_trace(tenants, "")
+    }
+
+    /// With extra `[trace]` lines (queue capacity, batch window …).
+    pub fn with_trace(tenants: &[TenantSpec], trace_extra: &str) -> Deployment {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = String::from(
+        let mut config = format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 5000\n\n\
              [trace]\nstore = \"sqlite:data/traces.db\"\ndigest_key_env = \"CTXD_TEST_DIGEST_KEY\"\n\
-             generate_digest_key = true\n\n[limits]\nmax_turn_ms = 10000\n",
+             generate_digest_key = true\n{trace_extra}\n\n[limits]\nmax_turn_ms = 10000\n",
         );
         for tenant in tenants {
             let hash = hex::encode(Sha256::digest(tenant.key.as_bytes()));
@@ -66,6 +71,11 @@ impl Deployment {
             _dir: dir,
             config: config_path,
         }
+    }
+
+    /// The trace store file of this deployment.
+    pub fn store(&self) -> PathBuf {
+        self.config.parent().unwrap().join("data/traces.db")
     }
 }
 
@@ -127,6 +137,10 @@ impl Ctxd {
             log,
             _log_dir: log_dir,
         }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn url(&self, path: &str) -> String {

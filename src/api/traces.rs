@@ -1,0 +1,267 @@
+//! Trace routes: search, one turn's provenance, and replay — all scoped to the caller's
+//! tenant (another tenant's turn answers 404). Reads use their own read-only
+//! connection on the blocking pool, never the writer's.
+
+use super::ApiError;
+use super::routes::{authenticate, read_body};
+use crate::api::ApiState;
+use crate::contract::{LayerStatus, ProviderStatus};
+use crate::trace::query::decode_cursor;
+use crate::trace::replay::{ReplayError, replay_from_store};
+use crate::trace::store::{SearchQuery, TraceReader};
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+use serde_json::json;
+use std::collections::BTreeMap;
+
+/// Results per page when `limit` is absent, and the most a page may hold.
+use crate::trace::query::{DEFAULT_LIMIT, MAX_LIMIT};
+
+pub fn configure(config: &mut web::ServiceConfig) {
+    config
+        .route("/v1/traces", web::get().to(search))
+        .route("/v1/traces/{turn_id}", web::get().to(show))
+        .route("/v1/turns/{turn_id}/replay", web::post().to(replay));
+}
+
+fn bad(field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::BadRequest {
+        field: Some(field.to_owned()),
+        message: format!("{field}: {}", message.into()),
+    }
+}
+
+/// Parses the search parameters; every problem names its parameter.
+pub fn parse_search(query: &str, tenant: &str) -> Result<SearchQuery, ApiError> {
+    let mut search = SearchQuery {
+        tenant: Some(tenant.to_owned()),
+        limit: DEFAULT_LIMIT,
+        ..SearchQuery::default()
+    };
+    let mut seen = std::collections::HashSet::new();
+    for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        if !seen.insert(name.to_string()) {
+            return Err(bad(&name, "given more than once"));
+        }
+        let value = value.into_owned();
+        match name.as_ref() {
+            "provider" => search.provider = Some(value),
+            "providerStatus" => {
+                search.provider_status =
+                    Some(parse_enum::<ProviderStatus>("providerStatus", &value)?)
+            }
+            "layer" => search.layer = Some(value),
+            "status" => search.layer_status = Some(parse_enum::<LayerStatus>("status", &value)?),
+            "since" => search.since_ms = Some(parse_time("since", &value)?),
+            "until" => search.until_ms = Some(parse_time("until", &value)?),
+            "limit" => {
+                search.limit = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        bad(
+                            "limit",
+                            format!("{value:?} is not a number in 1..={MAX_LIMIT}"),
+                        )
+                    })?;
+            }
+            "cursor" => {
+                decode_cursor(&value)
+                    .map_err(|_| bad("cursor", "is not a cursor this server issued"))?;
+                search.cursor = Some(value);
+            }
+            other => {
+                return Err(bad(
+                    other,
+                    "unknown parameter; use provider, providerStatus, layer, status, since, until, limit, cursor",
+                ));
+            }
+        }
+    }
+    Ok(search)
+}
+
+fn parse_enum<T: for<'de> Deserialize<'de>>(field: &str, value: &str) -> Result<T, ApiError> {
+    serde_json::from_value(serde_json::Value::String(value.to_owned()))
+        .map_err(|_| bad(field, format!("{value:?} is not a known status")))
+}
+
+/// RFC 3339 (`2026-11-30T10:00:00Z`) or milliseconds since the Unix epoch.
+pub fn parse_time(field: &str, value: &str) -> Result<i64, ApiError> {
+    if let Ok(ms) = value.parse::<i64>() {
+        return Ok(ms);
+    }
+    humantime::parse_rfc3339_weak(value)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as i64)
+        .ok_or_else(|| {
+            bad(
+                field,
+                format!("{value:?} is neither RFC 3339 nor epoch milliseconds"),
+            )
+        })
+}
+
+fn store_failure(error: impl std::fmt::Display) -> ApiError {
+    tracing::error!(error = %error, "trace store read failed");
+    ApiError::RuntimeUnavailable {
+        message: "the trace store cannot be read right now".to_owned(),
+    }
+}
+
+async fn search(
+    request: HttpRequest,
+    state: web::Data<ApiState>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = authenticate(&request, &state.registry)?;
+    let query = parse_search(request.query_string(), &tenant.id)?;
+    let registry = state.registry.clone();
+    let page = web::block(move || {
+        TraceReader::open(&registry.store_path, None).and_then(|reader| reader.search(&query))
+    })
+    .await
+    .map_err(store_failure)?
+    .map_err(store_failure)?;
+    Ok(HttpResponse::Ok().json(json!({"traces": page.traces, "nextCursor": page.next_cursor})))
+}
+
+async fn show(
+    request: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<ApiState>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = authenticate(&request, &state.registry)?;
+    let turn_id = path.into_inner();
+    let registry = state.registry.clone();
+    let tenant_id = tenant.id.clone();
+    let id = turn_id.clone();
+    let stored = web::block(move || {
+        TraceReader::open(&registry.store_path, None)
+            .and_then(|reader| reader.turn(Some(&tenant_id), &id))
+    })
+    .await
+    .map_err(store_failure)?
+    .map_err(store_failure)?;
+    match stored {
+        Some(stored) => Ok(HttpResponse::Ok().json(stored)),
+        None => Err(ApiError::NotFound {
+            message: format!("unknown turn {turn_id:?}"),
+        }),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplayRequest {
+    #[serde(default)]
+    inputs: BTreeMap<String, String>,
+}
+
+async fn replay(
+    request: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<ApiState>,
+) -> Result<HttpResponse, ApiError> {
+    let registry = state.registry.clone();
+    let tenant = authenticate(&request, &registry)?;
+    let body = read_body(&request, payload, registry.max_body_bytes).await?;
+    let replay_request: ReplayRequest = {
+        let mut deserializer = serde_json::Deserializer::from_slice(&body);
+        serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+            let field = e.path().to_string();
+            ApiError::BadRequest {
+                message: format!("{field}: {}", e.into_inner()),
+                field: (field != ".").then_some(field),
+            }
+        })?
+    };
+    let turn_id = path.into_inner();
+    let tenant_id = tenant.id.clone();
+    let result = web::block(move || {
+        let reader = TraceReader::open(&registry.store_path, Some(&registry.digest_key))
+            .map_err(|e| ReplayError::Store(e.to_string()))?;
+        replay_from_store(
+            &reader,
+            Some(&tenant_id),
+            &turn_id,
+            &replay_request.inputs,
+            &registry.digest_key,
+        )
+    })
+    .await
+    .map_err(store_failure)?;
+    match result {
+        Ok(result) => Ok(HttpResponse::Ok().json(result)),
+        Err(error) => Err(replay_error(error)),
+    }
+}
+
+fn replay_error(error: ReplayError) -> ApiError {
+    let message = error.to_string();
+    match &error {
+        ReplayError::UnknownTurn(_) => ApiError::NotFound { message },
+        ReplayError::MissingInput(key)
+        | ReplayError::UnexpectedInput(key)
+        | ReplayError::InputMismatch(key) => ApiError::BadRequest {
+            field: Some(format!("inputs.{key}")),
+            message,
+        },
+        ReplayError::Store(_) => store_failure(message),
+        _ => ApiError::Unprocessable { message },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_field(query: &str) -> Option<String> {
+        match parse_search(query, "acme") {
+            Err(ApiError::BadRequest { field, .. }) => field,
+            other => panic!("expected an error for {query:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn search_parameters_parse() {
+        let query = parse_search(
+            "provider=crm&providerStatus=TIMEOUT&layer=profile&status=UNAVAILABLE&since=2026-11-30T10:00:00Z&until=1764500000000&limit=10&cursor=00000000000000ff",
+            "acme",
+        )
+        .unwrap();
+        assert_eq!(query.tenant.as_deref(), Some("acme"));
+        assert_eq!(query.provider.as_deref(), Some("crm"));
+        assert_eq!(query.provider_status, Some(ProviderStatus::Timeout));
+        assert_eq!(query.layer_status, Some(LayerStatus::Unavailable));
+        assert_eq!(query.since_ms, Some(1_796_032_800_000));
+        assert_eq!(query.until_ms, Some(1_764_500_000_000));
+        assert_eq!(query.limit, 10);
+        assert_eq!(query.cursor.as_deref(), Some("00000000000000ff"));
+        assert_eq!(
+            parse_search("status=EMPTY", "acme").unwrap().layer_status,
+            Some(LayerStatus::Empty)
+        );
+        assert_eq!(parse_search("", "acme").unwrap().limit, DEFAULT_LIMIT);
+    }
+
+    #[test]
+    fn bad_parameters_are_named() {
+        assert_eq!(
+            error_field("providerStatus=SLOW").as_deref(),
+            Some("providerStatus")
+        );
+        assert_eq!(error_field("limit=0").as_deref(), Some("limit"));
+        assert_eq!(error_field("limit=501").as_deref(), Some("limit"));
+        assert_eq!(error_field("since=yesterday").as_deref(), Some("since"));
+        assert_eq!(error_field("tenant=globex").as_deref(), Some("tenant"));
+        assert_eq!(
+            error_field("provider=a&provider=b").as_deref(),
+            Some("provider")
+        );
+        assert_eq!(error_field("status=SOMETIMES").as_deref(), Some("status"));
+        assert_eq!(error_field("cursor=zz").as_deref(), Some("cursor"));
+    }
+}

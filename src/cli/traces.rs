@@ -1,0 +1,971 @@
+//! `ctxd traces search …` and `ctxd traces show TURN`: read the trace store directly and
+//! read-only, as an operator. Without `--tenant` they see every tenant. The store is
+//! `[trace] store` of the server config, or `--store PATH`. No digest key is needed:
+//! records hold digests, and retained content is never shown.
+
+use crate::config::{ServerConfig, TraceStore as StoreLocation};
+use crate::contract::{LayerStatus, ProviderStatus};
+use crate::trace::query::{DEFAULT_LIMIT, MAX_LIMIT, SearchPage, SearchQuery};
+use crate::trace::record::{ProviderRecord, TurnRecord};
+use crate::trace::store::{StoreError, StoredTurn, TraceReader};
+use anyhow::{Context, anyhow, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// The config read when neither `--config` nor `--store` is given, as for `serve`.
+const DEFAULT_CONFIG: &str = "config/ctxd.toml";
+/// Width of the labels of `show` (the longest is `lookup key`).
+const LABEL_WIDTH: usize = 10;
+
+#[derive(Debug, Args)]
+pub struct TracesArgs {
+    #[command(subcommand)]
+    pub command: TracesCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TracesCommand {
+    /// Find turns by provider, provider status, layer, layer status and start time,
+    /// newest first
+    Search(SearchArgs),
+    /// Print one turn's record and all its provider records
+    Show(ShowArgs),
+}
+
+/// Where the trace store is.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// Server config whose `[trace] store` names the store [default: config/ctxd.toml]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The trace store file (`sqlite:` prefix optional); overrides --config
+    #[arg(long, value_name = "PATH")]
+    pub store: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    #[command(flatten)]
+    pub location: StoreArgs,
+    /// Only this tenant's turns (default: every tenant)
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Turns that reached this provider
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Turns with a provider record of this status (with --provider: that provider's)
+    #[arg(long, value_name = "STATUS", value_parser = parse_provider_status)]
+    pub provider_status: Option<ProviderStatus>,
+    /// Turns with a decision for this layer
+    #[arg(long)]
+    pub layer: Option<String>,
+    /// Turns with a layer decision of this status (with --layer: that layer's)
+    #[arg(long, value_name = "STATUS", value_parser = parse_layer_status)]
+    pub status: Option<LayerStatus>,
+    /// Turns started at or after TIME (RFC 3339, e.g. 2026-11-30T10:00:00Z, or
+    /// milliseconds since the epoch)
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub since: Option<i64>,
+    /// Turns started before TIME (RFC 3339 or milliseconds since the epoch)
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub until: Option<i64>,
+    /// Turns per page
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT as u16,
+          value_parser = clap::value_parser!(u16).range(1..=MAX_LIMIT as i64))]
+    pub limit: u16,
+    /// The next page: the cursor printed after the previous one
+    #[arg(long)]
+    pub cursor: Option<String>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The turn id
+    pub turn: String,
+    #[command(flatten)]
+    pub location: StoreArgs,
+    /// Show the turn only if it belongs to this tenant
+    #[arg(long)]
+    pub tenant: Option<String>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+pub fn run(args: &TracesArgs) -> anyhow::Result<ExitCode> {
+    run_with(args, &mut std::io::stdout().lock())
+}
+
+/// Runs the subcommand, writing its output to `out`.
+pub fn run_with(args: &TracesArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+    match &args.command {
+        TracesCommand::Search(search) => run_search(search, out),
+        TracesCommand::Show(show) => run_show(show, out),
+    }
+}
+
+fn run_search(args: &SearchArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+    if let (Some(since), Some(until)) = (args.since, args.until)
+        && since >= until
+    {
+        bail!("--since {since} is not before --until {until}: the window is empty");
+    }
+    let reader = open(&args.location)?;
+    let query = SearchQuery {
+        tenant: args.tenant.clone(),
+        provider: args.provider.clone(),
+        provider_status: args.provider_status,
+        layer: args.layer.clone(),
+        layer_status: args.status,
+        since_ms: args.since,
+        until_ms: args.until,
+        limit: usize::from(args.limit),
+        cursor: args.cursor.clone(),
+    };
+    let page = reader.search(&query).map_err(|error| match error {
+        StoreError::InvalidCursor => anyhow!(
+            "--cursor {:?}: {error}",
+            args.cursor.as_deref().unwrap_or_default()
+        ),
+        other => anyhow!(other),
+    })?;
+    match args.format {
+        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&page)?)?,
+        Format::Table => out.write_all(search_table(&page).as_bytes())?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_show(args: &ShowArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+    let reader = open(&args.location)?;
+    let Some(stored) = reader.turn(args.tenant.as_deref(), &args.turn)? else {
+        match &args.tenant {
+            Some(tenant) => bail!(
+                "turn {:?} of tenant {tenant:?} is not in the trace store {}",
+                args.turn,
+                reader.path().display()
+            ),
+            None => bail!(
+                "turn {:?} is not in the trace store {}",
+                args.turn,
+                reader.path().display()
+            ),
+        }
+    };
+    match args.format {
+        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&stored)?)?,
+        Format::Table => out.write_all(show_table(&stored).as_bytes())?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Opens the store read-only: `--store`, else `[trace] store` of the config.
+fn open(location: &StoreArgs) -> anyhow::Result<TraceReader> {
+    let path = match &location.store {
+        Some(store) => strip_scheme(store),
+        None => {
+            let config = location
+                .config
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+            let server = ServerConfig::load(&config).map_err(|e| anyhow!("{e}"))?;
+            match &server.trace.store {
+                StoreLocation::Sqlite(path) => path.clone(),
+            }
+        }
+    };
+    // A reader never creates a store; say which file is missing, and how it was chosen.
+    if !path.is_file() {
+        let source = match &location.store {
+            Some(_) => "--store".to_owned(),
+            None => format!(
+                "[trace] store of {}",
+                location
+                    .config
+                    .as_deref()
+                    .unwrap_or(Path::new(DEFAULT_CONFIG))
+                    .display()
+            ),
+        };
+        bail!(
+            "the trace store {} ({source}) does not exist",
+            path.display()
+        );
+    }
+    TraceReader::open(&path, None).context("cannot read traces")
+}
+
+/// `sqlite:data/traces.db` → `data/traces.db`, as in `[trace] store`.
+fn strip_scheme(store: &Path) -> PathBuf {
+    match store.to_str().and_then(|s| s.strip_prefix("sqlite:")) {
+        Some(rest) => PathBuf::from(rest),
+        None => store.to_owned(),
+    }
+}
+
+fn parse_provider_status(text: &str) -> Result<ProviderStatus, String> {
+    ProviderStatus::ALL
+        .into_iter()
+        .find(|status| status.as_str().eq_ignore_ascii_case(text))
+        .ok_or_else(|| {
+            let names: Vec<&str> = ProviderStatus::ALL.map(ProviderStatus::as_str).to_vec();
+            format!("not a provider status; use one of {}", names.join(", "))
+        })
+}
+
+fn parse_layer_status(text: &str) -> Result<LayerStatus, String> {
+    LayerStatus::ALL
+        .into_iter()
+        .find(|status| status.as_str().eq_ignore_ascii_case(text))
+        .ok_or_else(|| {
+            let names: Vec<&str> = LayerStatus::ALL.map(LayerStatus::as_str).to_vec();
+            format!("not a layer status; use one of {}", names.join(", "))
+        })
+}
+
+/// RFC 3339 (UTC; `T` or a space, `Z` optional) or milliseconds since the epoch.
+fn parse_time(text: &str) -> Result<i64, String> {
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse::<i64>()
+            .map_err(|_| "too many digits for milliseconds since the epoch".to_owned());
+    }
+    let time = humantime::parse_rfc3339_weak(text).map_err(|error| {
+        format!(
+            "{error}: write RFC 3339, e.g. 2026-11-30T10:00:00Z, or milliseconds since the epoch"
+        )
+    })?;
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .map_err(|_| "is before 1970".to_owned())
+}
+
+/// Rows as columns two spaces apart, each line trimmed.
+fn columns(rows: &[Vec<String>], indent: &str) -> String {
+    let mut widths: Vec<usize> = Vec::new();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            let width = cell.chars().count();
+            match widths.get_mut(i) {
+                Some(w) => *w = (*w).max(width),
+                None => widths.push(width),
+            }
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::from(indent);
+        for (i, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            if i + 1 < row.len() {
+                let pad = widths[i] - cell.chars().count() + 2;
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn yes_no(value: bool) -> &'static str {
+    if value { "yes" } else { "no" }
+}
+
+/// The serde name of a unit enum variant (`PROVIDER_ITEMS`, `response`).
+fn name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => "?".to_owned(),
+    }
+}
+
+fn search_table(page: &SearchPage) -> String {
+    if page.traces.is_empty() {
+        return "no traces match\n".to_owned();
+    }
+    let mut rows = vec![
+        [
+            "STARTED AT",
+            "TURN",
+            "TENANT",
+            "PROJECT",
+            "BLOCKED",
+            "PROVIDERS",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    ];
+    for stored in &page.traces {
+        let turn = &stored.turn;
+        let providers: Vec<String> = stored
+            .providers
+            .iter()
+            .map(|p| format!("{}={}", p.provider, p.status))
+            .collect();
+        rows.push(vec![
+            turn.started_at.clone(),
+            turn.turn_id.clone(),
+            turn.tenant.clone(),
+            turn.project.clone(),
+            yes_no(turn.blocked).to_owned(),
+            providers.join(" "),
+        ]);
+    }
+    let mut out = columns(&rows, "");
+    match &page.next_cursor {
+        Some(cursor) => out.push_str(&format!("next page: --cursor {cursor}\n")),
+        None => out.push_str("no more results\n"),
+    }
+    out
+}
+
+fn show_table(stored: &StoredTurn) -> String {
+    let mut out = turn_section(&stored.turn);
+    out.push_str("\nproviders\n");
+    if stored.providers.is_empty() {
+        out.push_str("  (none reached)\n");
+    }
+    for provider in &stored.providers {
+        out.push_str(&provider_section(provider));
+    }
+    out
+}
+
+fn turn_section(turn: &TurnRecord) -> String {
+    let optional = |value: &Option<String>| value.clone().unwrap_or_else(|| "-".to_owned());
+    let mut facts = vec![
+        ("tenant", turn.tenant.clone()),
+        (
+            "project",
+            format!("{} {}", turn.project, turn.project_version),
+        ),
+        ("build", turn.build_digest.clone()),
+    ];
+    if turn.binding_revision.is_some() || turn.binding_digest.is_some() {
+        facts.push((
+            "binding",
+            format!(
+                "{} {}",
+                optional(&turn.binding_revision),
+                optional(&turn.binding_digest)
+            ),
+        ));
+    }
+    facts.extend([
+        ("profile", turn.profile.clone()),
+        ("objective", optional(&turn.objective)),
+        ("consumer", optional(&turn.consumer)),
+        ("mode", turn.mode.as_str().to_owned()),
+        ("started at", turn.started_at.clone()),
+        (
+            "duration",
+            format!("{} ms (deadline {} ms)", turn.duration_ms, turn.deadline_ms),
+        ),
+        (
+            "blocked",
+            if turn.blocked {
+                format!("yes, by {}", turn.blocking_layers.join(", "))
+            } else {
+                "no".to_owned()
+            },
+        ),
+        (
+            "rendered",
+            format!(
+                "{} of {} bytes, {}",
+                turn.rendered_bytes,
+                turn.budget_max_bytes,
+                optional(&turn.rendered_digest)
+            ),
+        ),
+    ]);
+    for input in &turn.inputs {
+        facts.push(("input", format!("{} {}", input.key, input.digest)));
+    }
+    let mut out = format!("turn {}\n", turn.turn_id);
+    out.push_str(&labelled(&facts, "  "));
+
+    out.push_str("\nlayers\n");
+    if turn.layers.is_empty() {
+        out.push_str("  (none)\n");
+    } else {
+        let mut rows = vec![
+            [
+                "LAYER",
+                "STATUS",
+                "REASON",
+                "REQUIRED",
+                "PROVIDERS",
+                "MISSING INPUTS",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        ];
+        for layer in &turn.layers {
+            rows.push(vec![
+                layer.id.clone(),
+                layer.status.as_str().to_owned(),
+                name(&layer.reason),
+                yes_no(layer.required).to_owned(),
+                dash_join(&layer.providers),
+                dash_join(&layer.missing_inputs),
+            ]);
+        }
+        out.push_str(&columns(&rows, "  "));
+    }
+
+    out.push_str("\nselections\n");
+    if turn.selections.is_empty() {
+        out.push_str("  (none)\n");
+    } else {
+        let mut rows = vec![
+            [
+                "LAYER",
+                "PROVIDER",
+                "LOCATOR",
+                "FINGERPRINT",
+                "BYTES",
+                "TRUNCATED",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        ];
+        for selection in &turn.selections {
+            rows.push(vec![
+                selection.layer.clone(),
+                optional(&selection.provider),
+                optional(&selection.locator),
+                optional(&selection.fingerprint),
+                selection.bytes.to_string(),
+                yes_no(selection.truncated).to_owned(),
+            ]);
+        }
+        out.push_str(&columns(&rows, "  "));
+    }
+
+    if !turn.cuts.is_empty() {
+        out.push_str("\ncuts\n");
+        let mut rows = vec![
+            [
+                "LAYER",
+                "PROVIDER",
+                "LOCATOR",
+                "ACTION",
+                "BYTES BEFORE",
+                "BYTES AFTER",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        ];
+        for cut in &turn.cuts {
+            rows.push(vec![
+                cut.layer.clone(),
+                optional(&cut.provider),
+                optional(&cut.locator),
+                name(&cut.action),
+                cut.bytes_before.to_string(),
+                cut.bytes_after.to_string(),
+            ]);
+        }
+        out.push_str(&columns(&rows, "  "));
+    }
+    out
+}
+
+fn dash_join(values: &[String]) -> String {
+    if values.is_empty() {
+        "-".to_owned()
+    } else {
+        values.join(", ")
+    }
+}
+
+fn provider_section(record: &ProviderRecord) -> String {
+    let mut heading = format!("  {}: {}", record.provider, record.status);
+    let mut labels = Vec::new();
+    if let Some(source) = record.source {
+        labels.push(source.as_str().to_owned());
+    }
+    if let Some(currentness) = record.currentness {
+        labels.push(currentness.as_str().to_owned());
+    }
+    if !record.invoked {
+        labels.push("not invoked".to_owned());
+    }
+    if !labels.is_empty() {
+        heading.push_str(&format!(" ({})", labels.join(", ")));
+    }
+    let mut facts: Vec<(&str, String)> = Vec::new();
+    if let Some(detail) = &record.detail {
+        facts.push(("detail", detail.clone()));
+    }
+    facts.push((
+        "type",
+        record
+            .provider_type
+            .clone()
+            .unwrap_or_else(|| "- (not bound)".to_owned()),
+    ));
+    facts.push(("contract", record.contract.clone()));
+    if let Some(version) = &record.version {
+        let source = record
+            .version_source
+            .map(|s| format!(" (from {})", name(&s)))
+            .unwrap_or_default();
+        facts.push(("version", format!("{version}{source}")));
+    }
+    if record.binding_revision.is_some() || record.binding_digest.is_some() {
+        facts.push((
+            "binding",
+            format!(
+                "{} {}",
+                record.binding_revision.as_deref().unwrap_or("-"),
+                record.binding_digest.as_deref().unwrap_or("-")
+            ),
+        ));
+    }
+    facts.push(("lookup key", record.lookup_key.clone()));
+    facts.push(("request", record.request_digest.clone()));
+    let duration = record
+        .duration_ms
+        .map(|ms| format!(", took {ms} ms"))
+        .unwrap_or_default();
+    facts.push(("observed", format!("{}{duration}", record.observed_at)));
+    if let Some(revision) = &record.upstream_revision {
+        facts.push(("upstream", revision.clone()));
+    }
+    facts.push(("items", record.item_count.to_string()));
+    let mut out = format!("{heading}\n");
+    out.push_str(&labelled(&facts, "    "));
+    if !record.items.is_empty() {
+        let rows: Vec<Vec<String>> = record
+            .items
+            .iter()
+            .map(|item| {
+                vec![
+                    item.locator.clone(),
+                    item.fingerprint.clone(),
+                    format!("{} bytes", item.bytes),
+                ]
+            })
+            .collect();
+        out.push_str(&columns(&rows, "      "));
+    }
+    let mut after = Vec::new();
+    if let Some(digest) = &record.material_digest {
+        after.push(("material", digest.clone()));
+    }
+    let ttl = humantime::format_duration(Duration::from_millis(record.retention.ttl_ms));
+    after.push((
+        "retention",
+        format!(
+            "{}, ttl {ttl}, content {}",
+            record.retention.policy,
+            if record.retention.content_retained {
+                "retained"
+            } else {
+                "not retained"
+            }
+        ),
+    ));
+    out.push_str(&labelled(&after, "    "));
+    out
+}
+
+/// `label  value` lines, labels padded to one width so sections line up.
+fn labelled(facts: &[(&str, String)], indent: &str) -> String {
+    let mut out = String::new();
+    for (label, value) in facts {
+        out.push_str(&format!("{indent}{label:<LABEL_WIDTH$}  {value}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::{LayerStatus as L, ProviderStatus as P};
+    use crate::trace::store::TraceStore;
+    use crate::trace::store::testing::{key, simple};
+    use clap::Parser;
+
+    /// `ctxd traces …` as the binary parses it.
+    #[derive(Debug, Parser)]
+    struct TracesCli {
+        #[command(subcommand)]
+        command: TracesCommand,
+    }
+
+    struct Fixture {
+        dir: tempfile::TempDir,
+    }
+
+    impl Fixture {
+        /// A store at `data/traces.db` and a config at `config/ctxd.toml` naming it.
+        fn new() -> Fixture {
+            let dir = tempfile::tempdir().unwrap();
+            let store = dir.path().join("data/traces.db");
+            let mut writer = TraceStore::open(&store, &key()).unwrap();
+            let k = key();
+            writer
+                .write_batch(&[
+                    simple(
+                        &k,
+                        "turn-a1",
+                        "acme",
+                        1_000,
+                        &[("crm", P::Ok), ("orders", P::Timeout)],
+                        &[("profile", L::Included)],
+                    ),
+                    simple(
+                        &k,
+                        "turn-g1",
+                        "globex",
+                        2_000,
+                        &[("crm", P::Timeout)],
+                        &[("profile", L::Unavailable)],
+                    ),
+                    simple(
+                        &k,
+                        "turn-a2",
+                        "acme",
+                        3_000,
+                        &[("crm", P::Timeout)],
+                        &[("profile", L::Unavailable)],
+                    ),
+                ])
+                .unwrap();
+            std::fs::create_dir_all(dir.path().join("config")).unwrap();
+            std::fs::write(
+                dir.path().join("config/ctxd.toml"),
+                "[trace]\nstore = \"sqlite:../data/traces.db\"\ngenerate_digest_key = true\n[[tenants]]\nid = \"acme\"\napi_key_env = \"ACME_KEY\"\n[[tenants.projects]]\npath = \"project.json\"\nbinding = \"binding.toml\"\n",
+            )
+            .unwrap();
+            Fixture { dir }
+        }
+
+        fn store(&self) -> String {
+            self.dir.path().join("data/traces.db").display().to_string()
+        }
+
+        fn config(&self) -> String {
+            self.dir
+                .path()
+                .join("config/ctxd.toml")
+                .display()
+                .to_string()
+        }
+
+        /// Runs `ctxd traces ARGS`; the output, or the error as `main` prints it.
+        fn run(&self, args: &[&str]) -> Result<String, String> {
+            let parsed =
+                TracesCli::try_parse_from(std::iter::once("traces").chain(args.iter().copied()))
+                    .map_err(|e| e.to_string())?;
+            let mut out = Vec::new();
+            run_with(
+                &TracesArgs {
+                    command: parsed.command,
+                },
+                &mut out,
+            )
+            .map_err(|e| format!("{e:#}"))?;
+            Ok(String::from_utf8(out).unwrap())
+        }
+    }
+
+    #[test]
+    fn search_prints_one_line_per_turn_newest_first() {
+        let fixture = Fixture::new();
+        let out = fixture
+            .run(&["search", "--store", &fixture.store()])
+            .unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 5, "{out}");
+        assert!(lines[0].starts_with("STARTED AT"), "{out}");
+        assert!(
+            lines[1].contains("turn-a2") && lines[1].contains("crm=TIMEOUT"),
+            "{out}"
+        );
+        assert!(
+            lines[2].contains("turn-g1") && lines[2].contains("globex"),
+            "{out}"
+        );
+        assert!(
+            lines[3].contains("turn-a1") && lines[3].ends_with("crm=OK orders=TIMEOUT"),
+            "{out}"
+        );
+        assert!(
+            lines[3].contains("1970-01-01T00:00:01") || lines[3].contains("2026"),
+            "{out}"
+        );
+        assert_eq!(lines[4], "no more results");
+    }
+
+    #[test]
+    fn search_filters_and_pages() {
+        let fixture = Fixture::new();
+        let store = fixture.store();
+        let out = fixture
+            .run(&[
+                "search",
+                "--store",
+                &store,
+                "--provider",
+                "crm",
+                "--provider-status",
+                "timeout",
+                "--limit",
+                "1",
+            ])
+            .unwrap();
+        assert!(out.contains("turn-a2"), "{out}");
+        assert!(
+            !out.contains("turn-g1") && !out.contains("turn-a1"),
+            "{out}"
+        );
+        let cursor = out
+            .lines()
+            .find_map(|line| line.strip_prefix("next page: --cursor "))
+            .unwrap_or_else(|| panic!("{out}"))
+            .to_owned();
+        let next = fixture
+            .run(&[
+                "search",
+                "--store",
+                &store,
+                "--provider-status",
+                "TIMEOUT",
+                "--cursor",
+                &cursor,
+            ])
+            .unwrap();
+        assert!(
+            next.contains("turn-g1") && next.contains("turn-a1"),
+            "{next}"
+        );
+        assert!(!next.contains("turn-a2"), "{next}");
+        let acme = fixture
+            .run(&[
+                "search",
+                "--store",
+                &store,
+                "--tenant",
+                "acme",
+                "--provider-status",
+                "TIMEOUT",
+            ])
+            .unwrap();
+        assert!(
+            acme.contains("turn-a2") && acme.contains("turn-a1"),
+            "{acme}"
+        );
+        assert!(!acme.contains("turn-g1"), "{acme}");
+
+        let layer = fixture
+            .run(&[
+                "search", "--store", &store, "--layer", "profile", "--status", "INCLUDED",
+            ])
+            .unwrap();
+        assert!(
+            layer.contains("turn-a1") && !layer.contains("turn-a2"),
+            "{layer}"
+        );
+        let window = fixture
+            .run(&[
+                "search",
+                "--store",
+                &store,
+                "--since",
+                "2000",
+                "--until",
+                "1970-01-01T00:00:03Z",
+            ])
+            .unwrap();
+        assert!(window.contains("turn-g1"), "{window}");
+        assert!(
+            !window.contains("turn-a1") && !window.contains("turn-a2"),
+            "{window}"
+        );
+        let none = fixture
+            .run(&["search", "--store", &store, "--tenant", "initech"])
+            .unwrap();
+        assert_eq!(none, "no traces match\n");
+    }
+
+    #[test]
+    fn search_as_json_is_the_page() {
+        let fixture = Fixture::new();
+        let out = fixture
+            .run(&[
+                "search",
+                "--config",
+                &fixture.config(),
+                "--format",
+                "json",
+                "--limit",
+                "2",
+            ])
+            .unwrap();
+        let page: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let traces = page["traces"].as_array().unwrap();
+        assert_eq!(traces.len(), 2);
+        assert_eq!(traces[0]["turn"]["turnId"], "turn-a2");
+        assert_eq!(traces[1]["providers"][0]["provider"], "crm");
+        assert!(page["nextCursor"].is_string());
+    }
+
+    #[test]
+    fn show_prints_the_turn_and_its_provider_records() {
+        let fixture = Fixture::new();
+        let out = fixture
+            .run(&[
+                "show",
+                "turn-a1",
+                "--store",
+                &format!("sqlite:{}", fixture.store()),
+            ])
+            .unwrap();
+        for expected in [
+            "turn turn-a1",
+            "  tenant      acme",
+            "layers",
+            "profile",
+            "PROVIDER_ITEMS",
+            "selections",
+            "crm/item-",
+            "providers",
+            "  crm: OK (LIVE, CURRENT)",
+            "  orders: TIMEOUT (LIVE)",
+            "lookup key  customerId",
+            "hmac-sha256:",
+            "version     5.0.1 (from response)",
+            "retention   digest, ttl 7days, content not retained",
+        ] {
+            assert!(out.contains(expected), "{expected:?} in\n{out}");
+        }
+        assert!(!out.contains("CUST-0001"), "never a lookup value");
+        let json = fixture
+            .run(&[
+                "show",
+                "turn-a1",
+                "--config",
+                &fixture.config(),
+                "--format",
+                "json",
+            ])
+            .unwrap();
+        let stored: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(stored["turn"]["tenant"], "acme");
+        assert_eq!(stored["providers"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn show_respects_the_tenant() {
+        let fixture = Fixture::new();
+        let store = fixture.store();
+        assert!(
+            fixture
+                .run(&["show", "turn-a1", "--store", &store, "--tenant", "acme"])
+                .is_ok()
+        );
+        let error = fixture
+            .run(&["show", "turn-a1", "--store", &store, "--tenant", "globex"])
+            .unwrap_err();
+        assert!(
+            error.contains("turn \"turn-a1\" of tenant \"globex\" is not in the trace store"),
+            "{error}"
+        );
+        let error = fixture
+            .run(&["show", "nope", "--store", &store])
+            .unwrap_err();
+        assert!(
+            error.contains("turn \"nope\" is not in the trace store"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_flag() {
+        let fixture = Fixture::new();
+        let store = fixture.store();
+        let cases: &[(&[&str], &str)] = &[
+            (&["--provider-status", "TIMOUT"], "--provider-status"),
+            (&["--status", "GREEN"], "--status"),
+            (&["--since", "yesterday"], "--since"),
+            (&["--until", "2026-13-40T00:00:00Z"], "--until"),
+            (&["--limit", "0"], "--limit"),
+            (&["--limit", "501"], "--limit"),
+            (&["--cursor", "zz"], "--cursor \"zz\""),
+            (
+                &["--since", "5", "--until", "5"],
+                "--since 5 is not before --until 5",
+            ),
+            (&["--format", "yaml"], "--format"),
+        ];
+        for (extra, expected) in cases {
+            let mut args = vec!["search", "--store", store.as_str()];
+            args.extend_from_slice(extra);
+            let error = fixture.run(&args).unwrap_err();
+            assert!(error.contains(expected), "{extra:?}: {error}");
+        }
+        let error = fixture
+            .run(&["search", "--provider-status", "TIMOUT"])
+            .unwrap_err();
+        assert!(
+            error.contains("NOT_FOUND, TIMEOUT"),
+            "lists the statuses: {error}"
+        );
+    }
+
+    #[test]
+    fn a_missing_store_is_named_with_where_it_came_from() {
+        let fixture = Fixture::new();
+        let missing = fixture.dir.path().join("nope.db").display().to_string();
+        let error = fixture.run(&["search", "--store", &missing]).unwrap_err();
+        assert!(
+            error.contains(&format!(
+                "the trace store {missing} (--store) does not exist"
+            )),
+            "{error}"
+        );
+        assert!(!fixture.dir.path().join("nope.db").exists());
+        std::fs::remove_file(fixture.dir.path().join("data/traces.db")).unwrap();
+        let error = fixture
+            .run(&["show", "x", "--config", &fixture.config()])
+            .unwrap_err();
+        assert!(error.contains("[trace] store of"), "{error}");
+        let error = fixture
+            .run(&[
+                "search",
+                "--config",
+                &fixture.dir.path().join("none.toml").display().to_string(),
+            ])
+            .unwrap_err();
+        assert!(error.contains("none.toml"), "{error}");
+    }
+
+    #[test]
+    fn times_parse_as_rfc3339_or_milliseconds() {
+        assert_eq!(parse_time("1764500000123"), Ok(1_764_500_000_123));
+        assert_eq!(
+            parse_time("2025-11-30T10:53:20.123Z"),
+            Ok(1_764_500_000_123)
+        );
+        assert_eq!(parse_time("2025-11-30 10:53:20"), Ok(1_764_500_000_000));
+        assert!(parse_time("").is_err());
+        assert!(parse_time("-5").is_err());
+        assert!(parse_time("99999999999999999999").is_err());
+    }
+}

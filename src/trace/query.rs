@@ -1,0 +1,903 @@
+//! Trace search: filters that AND together, newest-first pages, and opaque cursors that
+//! stay stable while new turns arrive.
+//!
+//! How a search runs, so a page costs about `limit` index entries per stream whatever
+//! the store's size:
+//! - It walks one index newest first (`turn_seq DESC`), the *driver*: the provider
+//!   index when a provider filter is given (`provider`, `providerStatus` or both), else
+//!   the layer index when a layer filter is given, else `turns (tenant, seq, …)`.
+//! - Every other filter is a point lookup per candidate (`EXISTS` on the turn's primary
+//!   key or on an index whose every column is bound), so SQLite stops after `limit + 1`
+//!   matches.
+//! - An index whose status column has no filter cannot deliver `turn_seq` order, so the
+//!   search runs one stream per status (11 provider statuses, 6 layer statuses) and
+//!   merges them; without a tenant (operator tools), one stream set per tenant.
+//! - Pages are `seq < cursor`, newest first. `seq` only grows, so turns written between
+//!   two pages never shift or repeat results.
+//! - `provider` + `providerStatus` bind the same provider record; `layer` + `status` the
+//!   same layer decision: each pair is one row's predicate.
+
+use super::store::{StoreError, StoredTurn};
+use crate::contract::{LayerStatus, ProviderStatus};
+use rusqlite::Connection;
+use rusqlite::types::Value;
+use serde::Serialize;
+use std::path::Path;
+
+/// Largest page a search returns; larger limits are clamped (callers validate first).
+pub const MAX_LIMIT: usize = 500;
+/// The page size when a caller does not choose one.
+pub const DEFAULT_LIMIT: usize = 20;
+
+/// Every tenant with turns, by walking `turns (tenant, …)` one distinct value at a time.
+const TENANTS: &str = "WITH RECURSIVE tenants (name) AS (
+        SELECT MIN(tenant) FROM turns
+        UNION ALL
+        SELECT (SELECT MIN(tenant) FROM turns WHERE tenant > tenants.name)
+        FROM tenants WHERE tenants.name IS NOT NULL
+    )
+    SELECT name FROM tenants WHERE name IS NOT NULL";
+
+/// Filters of a search; all given filters must hold.
+#[derive(Debug, Clone, Default)]
+pub struct SearchQuery {
+    /// `None` only for operator tools: the API always scopes to the caller's tenant.
+    pub tenant: Option<String>,
+    pub provider: Option<String>,
+    /// With `provider`, the status of that provider's record.
+    pub provider_status: Option<ProviderStatus>,
+    pub layer: Option<String>,
+    /// With `layer`, the status of that layer's decision.
+    pub layer_status: Option<LayerStatus>,
+    /// `started_at_ms >= since_ms`.
+    pub since_ms: Option<i64>,
+    /// `started_at_ms < until_ms`.
+    pub until_ms: Option<i64>,
+    /// 1..=[`MAX_LIMIT`]; clamped defensively.
+    pub limit: usize,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// One page of results, newest first.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchPage {
+    pub traces: Vec<StoredTurn>,
+    /// Present when more results follow; pass it back unchanged as `cursor`.
+    pub next_cursor: Option<String>,
+}
+
+/// The cursor after the turn at `seq`: 16 hex digits.
+pub fn encode_cursor(seq: i64) -> String {
+    format!("{seq:016x}")
+}
+
+/// The `seq` a cursor stands for.
+pub fn decode_cursor(cursor: &str) -> Result<i64, StoreError> {
+    if cursor.len() != 16 || !cursor.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(StoreError::InvalidCursor);
+    }
+    u64::from_str_radix(cursor, 16)
+        .ok()
+        .and_then(|seq| i64::try_from(seq).ok())
+        .filter(|seq| *seq > 0)
+        .ok_or(StoreError::InvalidCursor)
+}
+
+/// One SQL statement whose rows are matching `seq`s, newest first, at most `take`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Stream {
+    pub(crate) sql: String,
+    pub(crate) params: Vec<Value>,
+}
+
+/// SQL text with its positional parameters, in order.
+struct Sql {
+    text: String,
+    params: Vec<Value>,
+}
+
+impl Sql {
+    fn new(text: &str) -> Sql {
+        Sql {
+            text: text.to_owned(),
+            params: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, text: &str) -> &mut Sql {
+        self.text.push_str(text);
+        self
+    }
+
+    /// Appends `text`, which holds one `?`, bound to `value`.
+    fn bind(&mut self, text: &str, value: impl Into<Value>) -> &mut Sql {
+        debug_assert_eq!(text.matches('?').count(), 1);
+        self.text.push_str(text);
+        self.params.push(value.into());
+        self
+    }
+
+    fn finish(self) -> Stream {
+        Stream {
+            sql: self.text,
+            params: self.params,
+        }
+    }
+}
+
+/// `IN ('OK', 'NOT_FOUND', …)`: a status column with no filter, still bound so the
+/// lookup is a handful of index seeks. The names are ours, never input.
+fn every_status(names: impl IntoIterator<Item = &'static str>) -> String {
+    let quoted: Vec<String> = names.into_iter().map(|name| format!("'{name}'")).collect();
+    format!(" IN ({})", quoted.join(", "))
+}
+
+/// `AND EXISTS (…)` on the turn's primary key for the time window, if any.
+fn time_check(sql: &mut Sql, query: &SearchQuery, seq: &str) {
+    if query.since_ms.is_none() && query.until_ms.is_none() {
+        return;
+    }
+    sql.push(&format!(
+        " AND EXISTS (SELECT 1 FROM turns t WHERE t.seq = {seq}"
+    ));
+    if let Some(since) = query.since_ms {
+        sql.bind(" AND t.started_at_ms >= ?", since);
+    }
+    if let Some(until) = query.until_ms {
+        sql.bind(" AND t.started_at_ms < ?", until);
+    }
+    sql.push(")");
+}
+
+/// `AND EXISTS (…)` for the layer filters: one layer decision matching both.
+fn layer_check(sql: &mut Sql, query: &SearchQuery, tenant: &str, seq: &str) {
+    if query.layer.is_none() && query.layer_status.is_none() {
+        return;
+    }
+    sql.push(&format!(
+        " AND EXISTS (SELECT 1 FROM layer_decisions l WHERE l.tenant = {tenant}"
+    ));
+    match (&query.layer, query.layer_status) {
+        (Some(layer), Some(status)) => {
+            sql.bind(" AND l.layer = ?", layer.clone())
+                .bind(" AND l.status = ?", status.as_str().to_owned());
+        }
+        (Some(layer), None) => {
+            sql.bind(" AND l.layer = ?", layer.clone());
+            sql.push(&format!(
+                " AND l.status{}",
+                every_status(LayerStatus::ALL.map(LayerStatus::as_str))
+            ));
+        }
+        (None, Some(status)) => {
+            sql.bind(" AND l.status = ?", status.as_str().to_owned());
+        }
+        (None, None) => unreachable!("checked above"),
+    }
+    sql.push(&format!(" AND l.turn_seq = {seq})"));
+}
+
+/// The statements whose merged rows answer `query` for one tenant: matching seqs below
+/// `before`, newest first, at most `take` each.
+pub(crate) fn streams(query: &SearchQuery, tenant: &str, before: i64, take: usize) -> Vec<Stream> {
+    let take = i64::try_from(take).unwrap_or(i64::MAX);
+    if query.provider.is_some() || query.provider_status.is_some() {
+        let statuses = match query.provider_status {
+            Some(status) => vec![status],
+            None => ProviderStatus::ALL.to_vec(),
+        };
+        statuses
+            .into_iter()
+            .map(|status| {
+                let mut sql = Sql::new("SELECT DISTINCT p.turn_seq FROM provider_records p WHERE");
+                sql.bind(" p.tenant = ?", tenant.to_owned());
+                if let Some(provider) = &query.provider {
+                    sql.bind(" AND p.provider = ?", provider.clone());
+                }
+                sql.bind(" AND p.status = ?", status.as_str().to_owned())
+                    .bind(" AND p.turn_seq < ?", before);
+                time_check(&mut sql, query, "p.turn_seq");
+                layer_check(&mut sql, query, "p.tenant", "p.turn_seq");
+                sql.bind(" ORDER BY p.turn_seq DESC LIMIT ?", take);
+                sql.finish()
+            })
+            .collect()
+    } else if query.layer.is_some() || query.layer_status.is_some() {
+        let statuses = match query.layer_status {
+            Some(status) => vec![status],
+            None => LayerStatus::ALL.to_vec(),
+        };
+        statuses
+            .into_iter()
+            .map(|status| {
+                let mut sql = Sql::new("SELECT DISTINCT l.turn_seq FROM layer_decisions l WHERE");
+                sql.bind(" l.tenant = ?", tenant.to_owned());
+                if let Some(layer) = &query.layer {
+                    sql.bind(" AND l.layer = ?", layer.clone());
+                }
+                sql.bind(" AND l.status = ?", status.as_str().to_owned())
+                    .bind(" AND l.turn_seq < ?", before);
+                time_check(&mut sql, query, "l.turn_seq");
+                sql.bind(" ORDER BY l.turn_seq DESC LIMIT ?", take);
+                sql.finish()
+            })
+            .collect()
+    } else {
+        let mut sql = Sql::new("SELECT t.seq FROM turns t WHERE");
+        sql.bind(" t.tenant = ?", tenant.to_owned())
+            .bind(" AND t.seq < ?", before);
+        if let Some(since) = query.since_ms {
+            sql.bind(" AND t.started_at_ms >= ?", since);
+        }
+        if let Some(until) = query.until_ms {
+            sql.bind(" AND t.started_at_ms < ?", until);
+        }
+        sql.bind(" ORDER BY t.seq DESC LIMIT ?", take);
+        vec![sql.finish()]
+    }
+}
+
+/// Tenants with at least one turn, in name order.
+pub(crate) fn tenants(conn: &Connection, path: &Path) -> Result<Vec<String>, StoreError> {
+    let error = |source| StoreError::Sqlite {
+        path: path.to_path_buf(),
+        action: "list tenants",
+        source,
+    };
+    let mut statement = conn.prepare_cached(TENANTS).map_err(error)?;
+    let names = statement
+        .query_map([], |row| row.get(0))
+        .and_then(|rows| rows.collect::<Result<Vec<String>, _>>())
+        .map_err(error)?;
+    Ok(names)
+}
+
+/// The seqs of one page, newest first, and the cursor of the next page.
+pub(crate) fn matching_seqs(
+    conn: &Connection,
+    path: &Path,
+    query: &SearchQuery,
+) -> Result<(Vec<i64>, Option<String>), StoreError> {
+    let limit = query.limit.clamp(1, MAX_LIMIT);
+    let before = match &query.cursor {
+        Some(cursor) => decode_cursor(cursor)?,
+        None => i64::MAX,
+    };
+    let tenants = match &query.tenant {
+        Some(tenant) => vec![tenant.clone()],
+        None => tenants(conn, path)?,
+    };
+    let error = |source| StoreError::Sqlite {
+        path: path.to_path_buf(),
+        action: "search traces",
+        source,
+    };
+    // One more than the page: whether it exists decides `next_cursor`.
+    let take = limit + 1;
+    let mut seqs = Vec::new();
+    for tenant in &tenants {
+        for stream in streams(query, tenant, before, take) {
+            let mut statement = conn.prepare_cached(&stream.sql).map_err(error)?;
+            let rows = statement
+                .query_map(rusqlite::params_from_iter(&stream.params), |row| {
+                    row.get::<_, i64>(0)
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(error)?;
+            seqs.extend(rows);
+        }
+    }
+    seqs.sort_unstable_by(|a, b| b.cmp(a));
+    seqs.dedup();
+    let next_cursor = if seqs.len() > limit {
+        seqs.truncate(limit);
+        seqs.last().copied().map(encode_cursor)
+    } else {
+        None
+    };
+    Ok((seqs, next_cursor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::record::TurnTrace;
+    use crate::trace::store::testing::{key, simple};
+    use crate::trace::store::{TraceReader, TraceStore};
+    use proptest::prelude::*;
+    use std::path::PathBuf;
+
+    use LayerStatus as L;
+    use ProviderStatus as P;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        path: PathBuf,
+        store: TraceStore,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("traces.db");
+            let store = TraceStore::open(&path, &key()).unwrap();
+            Fixture {
+                _dir: dir,
+                path,
+                store,
+            }
+        }
+
+        fn write(&mut self, traces: &[TurnTrace]) {
+            self.store.write_batch(traces).unwrap();
+        }
+
+        fn ids(&self, query: &SearchQuery) -> (Vec<String>, Option<String>) {
+            let page = TraceReader::open(&self.path, None)
+                .unwrap()
+                .search(query)
+                .unwrap();
+            (
+                page.traces.into_iter().map(|t| t.turn.turn_id).collect(),
+                page.next_cursor,
+            )
+        }
+
+        fn only_ids(&self, query: &SearchQuery) -> Vec<String> {
+            self.ids(query).0
+        }
+    }
+
+    fn query(tenant: &str) -> SearchQuery {
+        SearchQuery {
+            tenant: Some(tenant.to_owned()),
+            limit: 100,
+            ..SearchQuery::default()
+        }
+    }
+
+    /// Four turns of acme and one of globex, started at 100, 200, 300, 400, 500.
+    fn standard() -> Fixture {
+        let k = key();
+        let mut fixture = Fixture::new();
+        fixture.write(&[
+            simple(
+                &k,
+                "a1",
+                "acme",
+                100,
+                &[("crm", P::Ok), ("orders", P::Timeout)],
+                &[("profile", L::Included), ("orders", L::Unavailable)],
+            ),
+            simple(
+                &k,
+                "a2",
+                "acme",
+                200,
+                &[("crm", P::Timeout), ("orders", P::Ok)],
+                &[("profile", L::Unavailable), ("orders", L::Included)],
+            ),
+            simple(
+                &k,
+                "g1",
+                "globex",
+                300,
+                &[("crm", P::Timeout)],
+                &[("profile", L::Unavailable)],
+            ),
+            simple(
+                &k,
+                "a3",
+                "acme",
+                400,
+                &[("crm", P::Ok), ("orders", P::Ok)],
+                &[("profile", L::Included), ("orders", L::Included)],
+            ),
+            simple(
+                &k,
+                "a4",
+                "acme",
+                500,
+                &[("crm", P::NotFound)],
+                &[("profile", L::Empty)],
+            ),
+        ]);
+        fixture
+    }
+
+    #[test]
+    fn a_tenant_sees_only_its_turns_newest_first() {
+        let fixture = standard();
+        assert_eq!(fixture.only_ids(&query("acme")), ["a4", "a3", "a2", "a1"]);
+        assert_eq!(fixture.only_ids(&query("globex")), ["g1"]);
+        assert!(fixture.only_ids(&query("initech")).is_empty());
+        let all = SearchQuery {
+            limit: 100,
+            ..SearchQuery::default()
+        };
+        assert_eq!(fixture.only_ids(&all), ["a4", "a3", "g1", "a2", "a1"]);
+    }
+
+    #[test]
+    fn provider_and_status_match_the_same_record() {
+        let fixture = standard();
+        let search = |provider: Option<&str>, status: Option<ProviderStatus>| {
+            fixture.only_ids(&SearchQuery {
+                provider: provider.map(str::to_owned),
+                provider_status: status,
+                ..query("acme")
+            })
+        };
+        assert_eq!(search(Some("crm"), Some(P::Ok)), ["a3", "a1"]);
+        assert_eq!(search(Some("crm"), Some(P::Timeout)), ["a2"]);
+        assert_eq!(search(Some("orders"), Some(P::Timeout)), ["a1"]);
+        assert_eq!(search(Some("crm"), None), ["a4", "a3", "a2", "a1"]);
+        assert_eq!(search(Some("orders"), None), ["a3", "a2", "a1"]);
+        assert_eq!(search(None, Some(P::Timeout)), ["a2", "a1"]);
+        assert_eq!(
+            search(None, Some(P::Ok)),
+            ["a3", "a2", "a1"],
+            "a3 once, though two records match"
+        );
+        assert!(search(Some("tickets"), None).is_empty());
+    }
+
+    #[test]
+    fn layer_and_status_match_the_same_decision() {
+        let fixture = standard();
+        let search = |layer: Option<&str>, status: Option<LayerStatus>| {
+            fixture.only_ids(&SearchQuery {
+                layer: layer.map(str::to_owned),
+                layer_status: status,
+                ..query("acme")
+            })
+        };
+        assert_eq!(search(Some("profile"), Some(L::Unavailable)), ["a2"]);
+        assert_eq!(search(Some("orders"), Some(L::Unavailable)), ["a1"]);
+        assert_eq!(search(Some("orders"), None), ["a3", "a2", "a1"]);
+        assert_eq!(search(None, Some(L::Included)), ["a3", "a2", "a1"]);
+        assert_eq!(search(None, Some(L::Empty)), ["a4"]);
+    }
+
+    #[test]
+    fn filters_and_together() {
+        let fixture = standard();
+        let ids = fixture.only_ids(&SearchQuery {
+            provider: Some("crm".to_owned()),
+            provider_status: Some(P::Ok),
+            layer: Some("orders".to_owned()),
+            layer_status: Some(L::Unavailable),
+            ..query("acme")
+        });
+        assert_eq!(ids, ["a1"]);
+        let ids = fixture.only_ids(&SearchQuery {
+            provider: Some("crm".to_owned()),
+            layer: Some("orders".to_owned()),
+            since_ms: Some(150),
+            ..query("acme")
+        });
+        assert_eq!(ids, ["a3", "a2"]);
+        let ids = fixture.only_ids(&SearchQuery {
+            layer_status: Some(L::Included),
+            until_ms: Some(400),
+            ..query("acme")
+        });
+        assert_eq!(ids, ["a2", "a1"]);
+    }
+
+    #[test]
+    fn since_is_inclusive_and_until_exclusive() {
+        let fixture = standard();
+        let window = |since: Option<i64>, until: Option<i64>| {
+            fixture.only_ids(&SearchQuery {
+                since_ms: since,
+                until_ms: until,
+                ..query("acme")
+            })
+        };
+        assert_eq!(window(Some(200), Some(400)), ["a2"]);
+        assert_eq!(window(Some(200), Some(401)), ["a3", "a2"]);
+        assert_eq!(window(Some(500), None), ["a4"]);
+        assert_eq!(window(None, Some(100)), Vec::<String>::new());
+        assert_eq!(window(Some(400), Some(200)), Vec::<String>::new());
+    }
+
+    #[test]
+    fn pages_are_stable_while_turns_arrive() {
+        let k = key();
+        let mut fixture = Fixture::new();
+        let batch: Vec<TurnTrace> = (0..7)
+            .map(|i| simple(&k, &format!("t{i}"), "acme", i, &[("crm", P::Ok)], &[]))
+            .collect();
+        fixture.write(&batch);
+        let mut page_query = SearchQuery {
+            limit: 3,
+            provider: Some("crm".to_owned()),
+            ..query("acme")
+        };
+        let (first, cursor) = fixture.ids(&page_query);
+        assert_eq!(first, ["t6", "t5", "t4"]);
+        // New turns between pages neither shift nor repeat results.
+        fixture.write(&[
+            simple(&k, "new1", "acme", 99, &[("crm", P::Ok)], &[]),
+            simple(&k, "new2", "acme", 99, &[("crm", P::Ok)], &[]),
+        ]);
+        page_query.cursor = cursor;
+        let (second, cursor) = fixture.ids(&page_query);
+        assert_eq!(second, ["t3", "t2", "t1"]);
+        page_query.cursor = cursor;
+        let (third, cursor) = fixture.ids(&page_query);
+        assert_eq!(third, ["t0"]);
+        assert_eq!(cursor, None, "the last page has no cursor");
+
+        // A page that ends exactly at the last result has no cursor either.
+        let exact = SearchQuery {
+            limit: 9,
+            ..query("acme")
+        };
+        assert_eq!(fixture.ids(&exact).0.len(), 9);
+        assert_eq!(fixture.ids(&exact).1, None);
+    }
+
+    #[test]
+    fn limits_are_clamped_and_cursors_validated() {
+        let k = key();
+        let mut fixture = Fixture::new();
+        let batch: Vec<TurnTrace> = (0..3)
+            .map(|i| simple(&k, &format!("t{i}"), "acme", i, &[], &[]))
+            .collect();
+        fixture.write(&batch);
+        let zero = SearchQuery {
+            limit: 0,
+            ..query("acme")
+        };
+        assert_eq!(fixture.only_ids(&zero), ["t2"]);
+        let huge = SearchQuery {
+            limit: 1_000_000,
+            ..query("acme")
+        };
+        assert_eq!(fixture.only_ids(&huge).len(), 3);
+        let reader = TraceReader::open(&fixture.path, None).unwrap();
+        for bad in [
+            "",
+            "zz",
+            "0000000000000000",
+            "ffffffffffffffff",
+            "00000000000000001",
+        ] {
+            let error = reader
+                .search(&SearchQuery {
+                    cursor: Some(bad.to_owned()),
+                    ..query("acme")
+                })
+                .unwrap_err();
+            assert!(matches!(error, StoreError::InvalidCursor), "{bad}: {error}");
+        }
+        assert_eq!(decode_cursor(&encode_cursor(42)).unwrap(), 42);
+    }
+
+    #[test]
+    fn each_result_carries_all_its_provider_records() {
+        let fixture = standard();
+        let page = TraceReader::open(&fixture.path, None)
+            .unwrap()
+            .search(&SearchQuery {
+                provider: Some("crm".to_owned()),
+                provider_status: Some(P::Timeout),
+                ..query("acme")
+            })
+            .unwrap();
+        assert_eq!(page.traces.len(), 1);
+        let providers: Vec<(&str, ProviderStatus)> = page.traces[0]
+            .providers
+            .iter()
+            .map(|p| (p.provider.as_str(), p.status))
+            .collect();
+        assert_eq!(providers, [("crm", P::Timeout), ("orders", P::Ok)]);
+    }
+
+    // ---- query plans: every search shape walks an index, never a table --------------
+
+    /// Every search shape: (provider, providerStatus, layer, status, time window).
+    fn shapes() -> Vec<SearchQuery> {
+        let mut shapes = Vec::new();
+        for provider in [None, Some("crm".to_owned())] {
+            for provider_status in [None, Some(P::Timeout)] {
+                for layer in [None, Some("profile".to_owned())] {
+                    for layer_status in [None, Some(L::Unavailable)] {
+                        for (since_ms, until_ms) in
+                            [(None, None), (Some(1), None), (Some(1), Some(2))]
+                        {
+                            for cursor in [None, Some(encode_cursor(99))] {
+                                shapes.push(SearchQuery {
+                                    tenant: Some("acme".to_owned()),
+                                    provider: provider.clone(),
+                                    provider_status,
+                                    layer: layer.clone(),
+                                    layer_status,
+                                    since_ms,
+                                    until_ms,
+                                    limit: 20,
+                                    cursor: cursor.clone(),
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        shapes
+    }
+
+    fn plan(conn: &Connection, stream: &Stream) -> Vec<String> {
+        let mut statement = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {}", stream.sql))
+            .unwrap();
+        statement
+            .query_map(rusqlite::params_from_iter(&stream.params), |row| {
+                row.get::<_, String>(3)
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// Each plan line that reads a table reads it through an index seek: `SEARCH … USING
+    /// (COVERING) INDEX …` or the primary key. No `SCAN` of a table, no sort.
+    fn assert_indexed(plan: &[String], context: &str) {
+        let mut searches = 0;
+        for line in plan {
+            assert!(!line.starts_with("SCAN"), "{context}: {line}\n{plan:#?}");
+            assert!(
+                !line.contains("TEMP B-TREE"),
+                "{context}: {line}\n{plan:#?}"
+            );
+            if line.starts_with("SEARCH") {
+                searches += 1;
+                assert!(
+                    line.contains("USING INDEX")
+                        || line.contains("USING COVERING INDEX")
+                        || line.contains("USING INTEGER PRIMARY KEY"),
+                    "{context}: {line}\n{plan:#?}"
+                );
+            }
+        }
+        assert!(searches > 0, "{context}: {plan:#?}");
+    }
+
+    #[test]
+    fn every_search_shape_uses_indexes() {
+        let fixture = standard();
+        let conn = fixture.store.connection();
+        let shapes = shapes();
+        assert_eq!(shapes.len(), 96);
+        for shape in &shapes {
+            let streams = streams(shape, "acme", 99, 21);
+            for stream in &streams {
+                let plan = plan(conn, stream);
+                assert_indexed(&plan, &stream.sql);
+                // The driver is the index the brief expects for the shape.
+                let driver = &plan[0];
+                let expected = match (
+                    &shape.provider,
+                    shape.provider_status,
+                    &shape.layer,
+                    shape.layer_status,
+                ) {
+                    (Some(_), _, _, _) => "provider_records_by_provider",
+                    (None, Some(_), _, _) => "provider_records_by_status",
+                    (None, None, Some(_), _) => "layer_decisions_by_layer",
+                    (None, None, None, Some(_)) => "layer_decisions_by_status",
+                    (None, None, None, None) => "turns_by_tenant",
+                };
+                assert!(driver.contains(expected), "{}: {driver}", stream.sql);
+                if expected != "turns_by_tenant" || shape.since_ms.is_none() {
+                    assert!(
+                        driver.contains("COVERING INDEX"),
+                        "{}: {driver}",
+                        stream.sql
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_plans_as_they_read() {
+        // The plans quoted in the docs, one per driver; asserted line by line.
+        let fixture = standard();
+        let conn = fixture.store.connection();
+        let shape = |provider: Option<&str>,
+                     status: Option<P>,
+                     layer: Option<&str>,
+                     layer_status: Option<L>,
+                     since: Option<i64>| SearchQuery {
+            provider: provider.map(str::to_owned),
+            provider_status: status,
+            layer: layer.map(str::to_owned),
+            layer_status,
+            since_ms: since,
+            ..query("acme")
+        };
+        let cases = [
+            (
+                shape(
+                    Some("crm"),
+                    Some(P::Timeout),
+                    Some("profile"),
+                    Some(L::Unavailable),
+                    Some(1),
+                ),
+                vec![
+                    "SEARCH p USING COVERING INDEX provider_records_by_provider (tenant=? AND provider=? AND status=? AND turn_seq<?)",
+                    "SEARCH l EXISTS USING COVERING INDEX layer_decisions_by_layer (tenant=? AND layer=? AND status=? AND turn_seq=?)",
+                    "SEARCH t EXISTS USING INTEGER PRIMARY KEY (rowid=?)",
+                ],
+            ),
+            (
+                shape(None, Some(P::Timeout), None, None, None),
+                vec![
+                    "SEARCH p USING COVERING INDEX provider_records_by_status (tenant=? AND status=? AND turn_seq<?)",
+                ],
+            ),
+            (
+                shape(None, None, Some("profile"), None, None),
+                vec![
+                    "SEARCH l USING COVERING INDEX layer_decisions_by_layer (tenant=? AND layer=? AND status=? AND turn_seq<?)",
+                ],
+            ),
+            (
+                shape(None, None, None, None, None),
+                vec!["SEARCH t USING COVERING INDEX turns_by_tenant (tenant=? AND seq<?)"],
+            ),
+            (
+                shape(None, None, None, None, Some(1)),
+                vec!["SEARCH t USING COVERING INDEX turns_by_tenant (tenant=? AND seq<?)"],
+            ),
+        ];
+        for (shape, expected) in cases {
+            let stream = &streams(&shape, "acme", 99, 21)[0];
+            assert_eq!(plan(conn, stream), expected, "{}", stream.sql);
+        }
+        let tenants_plan = plan(
+            conn,
+            &Stream {
+                sql: TENANTS.to_owned(),
+                params: Vec::new(),
+            },
+        );
+        for line in &tenants_plan {
+            if line.contains("turns") {
+                assert!(
+                    line.contains("COVERING INDEX turns_by_tenant"),
+                    "{tenants_plan:#?}"
+                );
+            }
+        }
+    }
+
+    // ---- property: the search equals a naive filter over the same turns -------------
+
+    #[derive(Debug, Clone)]
+    struct Generated {
+        tenant: usize,
+        started_at_ms: i64,
+        providers: Vec<(usize, usize)>,
+        layers: Vec<(usize, usize)>,
+    }
+
+    const TENANTS_: [&str; 2] = ["acme", "globex"];
+    const PROVIDERS: [&str; 3] = ["crm", "orders", "tickets"];
+    const LAYERS: [&str; 2] = ["profile", "orders"];
+    const P_STATUSES: [P; 3] = [P::Ok, P::Timeout, P::NotFound];
+    const L_STATUSES: [L; 3] = [L::Included, L::Unavailable, L::Empty];
+
+    fn generated() -> impl Strategy<Value = Generated> {
+        (
+            0..2usize,
+            0..10i64,
+            proptest::collection::vec((0..3usize, 0..3usize), 0..3),
+            proptest::collection::vec((0..2usize, 0..3usize), 0..3),
+        )
+            .prop_map(|(tenant, started_at_ms, providers, layers)| Generated {
+                tenant,
+                started_at_ms,
+                providers,
+                layers,
+            })
+    }
+
+    fn generated_query() -> impl Strategy<Value = SearchQuery> {
+        (
+            proptest::option::of(0..2usize),
+            proptest::option::of(0..3usize),
+            proptest::option::of(0..3usize),
+            proptest::option::of(0..2usize),
+            proptest::option::of(0..3usize),
+            proptest::option::of(0..10i64),
+            proptest::option::of(0..10i64),
+            1..6usize,
+        )
+            .prop_map(
+                |(tenant, provider, pstatus, layer, lstatus, since, until, limit)| SearchQuery {
+                    tenant: tenant.map(|t| TENANTS_[t].to_owned()),
+                    provider: provider.map(|p| PROVIDERS[p].to_owned()),
+                    provider_status: pstatus.map(|s| P_STATUSES[s]),
+                    layer: layer.map(|l| LAYERS[l].to_owned()),
+                    layer_status: lstatus.map(|s| L_STATUSES[s]),
+                    since_ms: since,
+                    until_ms: until,
+                    limit,
+                    cursor: None,
+                },
+            )
+    }
+
+    fn naive(turns: &[Generated], q: &SearchQuery) -> Vec<String> {
+        let mut ids = Vec::new();
+        for (i, turn) in turns.iter().enumerate().rev() {
+            let tenant_ok = q
+                .tenant
+                .as_deref()
+                .is_none_or(|t| t == TENANTS_[turn.tenant]);
+            let provider_ok = (q.provider.is_none() && q.provider_status.is_none())
+                || turn.providers.iter().any(|(p, s)| {
+                    q.provider
+                        .as_deref()
+                        .is_none_or(|want| want == PROVIDERS[*p])
+                        && q.provider_status.is_none_or(|want| want == P_STATUSES[*s])
+                });
+            let layer_ok = (q.layer.is_none() && q.layer_status.is_none())
+                || turn.layers.iter().any(|(l, s)| {
+                    q.layer.as_deref().is_none_or(|want| want == LAYERS[*l])
+                        && q.layer_status.is_none_or(|want| want == L_STATUSES[*s])
+                });
+            let time_ok = q.since_ms.is_none_or(|s| turn.started_at_ms >= s)
+                && q.until_ms.is_none_or(|u| turn.started_at_ms < u);
+            if tenant_ok && provider_ok && layer_ok && time_ok {
+                ids.push(format!("turn-{i}"));
+            }
+        }
+        ids
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn paging_through_a_search_equals_a_naive_filter(
+            turns in proptest::collection::vec(generated(), 0..25),
+            mut q in generated_query(),
+        ) {
+            let k = key();
+            let mut fixture = Fixture::new();
+            let traces: Vec<TurnTrace> = turns
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    let providers: Vec<(&str, P)> =
+                        g.providers.iter().map(|(p, s)| (PROVIDERS[*p], P_STATUSES[*s])).collect();
+                    let layers: Vec<(&str, L)> =
+                        g.layers.iter().map(|(l, s)| (LAYERS[*l], L_STATUSES[*s])).collect();
+                    simple(&k, &format!("turn-{i}"), TENANTS_[g.tenant], g.started_at_ms, &providers, &layers)
+                })
+                .collect();
+            fixture.write(&traces);
+            let mut all = Vec::new();
+            let mut pages = 0;
+            loop {
+                let (ids, cursor) = fixture.ids(&q);
+                prop_assert!(ids.len() <= q.limit);
+                all.extend(ids);
+                pages += 1;
+                prop_assert!(pages <= 30);
+                match cursor {
+                    Some(cursor) => q.cursor = Some(cursor),
+                    None => break,
+                }
+            }
+            prop_assert_eq!(all, naive(&turns, &q));
+        }
+    }
+}

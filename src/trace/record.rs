@@ -1,0 +1,228 @@
+//! The provenance record model: a turn record and one `context.provider.v1` record per
+//! provider the turn reached, plus the content retained under `retention = "content"`.
+//! Records hold key names, keyed digests, locators and fingerprints — never a lookup
+//! value, a secret or a provider record id.
+
+use crate::contract::{
+    Currentness, CutAction, Item, LayerReason, LayerStatus, ProviderStatus, Source, VersionSource,
+};
+use serde::{Deserialize, Serialize};
+
+/// `kind` of every provider record.
+pub const PROVIDER_RECORD_KIND: &str = "context.provider.v1";
+/// `kind` of every turn record.
+pub const TURN_RECORD_KIND: &str = "ctxd.turn.v1";
+
+/// What one turn decided and rendered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnRecord {
+    pub kind: String,
+    pub turn_id: String,
+    pub tenant: String,
+    pub project: String,
+    pub project_version: String,
+    pub build_digest: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding_revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding_digest: Option<String>,
+    pub profile: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objective: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
+    /// Input key names with a keyed digest of each `key=value`, sorted by key.
+    pub inputs: Vec<InputDigest>,
+    pub budget_max_bytes: usize,
+    pub deadline_ms: u64,
+    /// `LIVE` for bound providers, `TEST_FIXTURE` for `serve --fixtures`.
+    pub mode: Source,
+    pub layers: Vec<LayerDecisionRecord>,
+    pub selections: Vec<SelectionRecord>,
+    pub cuts: Vec<CutRecord>,
+    pub blocked: bool,
+    pub blocking_layers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendered_digest: Option<String>,
+    pub rendered_bytes: usize,
+    /// The fence nonce used, so a replay can render byte-identical text.
+    pub nonce: String,
+    /// RFC 3339 with milliseconds, UTC.
+    pub started_at: String,
+    pub started_at_ms: i64,
+    pub duration_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InputDigest {
+    pub key: String,
+    /// `hmac-sha256:<hex>` of the key and value, with the deployment key.
+    pub digest: String,
+}
+
+/// A layer's decision, including layers that were never invoked (gating status and
+/// reason).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LayerDecisionRecord {
+    pub id: String,
+    pub status: LayerStatus,
+    pub reason: LayerReason,
+    pub required: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub providers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_inputs: Vec<String>,
+}
+
+/// One rendered material, marked with its provider.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SelectionRecord {
+    pub layer: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Absent for static text and under `retention = "none"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locator: Option<String>,
+    /// Absent under `retention = "none"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    pub bytes: usize,
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CutRecord {
+    pub layer: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locator: Option<String>,
+    pub action: CutAction,
+    pub bytes_before: usize,
+    pub bytes_after: usize,
+}
+
+/// One provider the turn reached: invoked, or refused before invocation
+/// (`INVALID_REQUEST`, `NOT_BOUND`, `NOT_EVALUATED`, with `invoked: false`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderRecord {
+    pub kind: String,
+    pub provider: String,
+    pub contract: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding_revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding_digest: Option<String>,
+    /// `http`, `sqlite`, or `fixture`; absent when not bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_source: Option<VersionSource>,
+    /// `hmac-sha256:<hex>` of provider, key name and value.
+    pub request_digest: String,
+    /// The lookup key's name; never its value.
+    pub lookup_key: String,
+    pub invoked: bool,
+    pub observed_at: String,
+    pub observed_at_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currentness: Option<Currentness>,
+    /// How many items the provider answered with (whatever the retention).
+    pub item_count: usize,
+    /// Locators and fingerprints, in answer order; empty under `retention = "none"`.
+    pub items: Vec<ItemRecord>,
+    /// SHA-256 over the ordered fingerprints; absent under `retention = "none"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub material_digest: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    pub status: ProviderStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Source>,
+    pub retention: RetentionRecord,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ItemRecord {
+    /// `<provider>/item-<16 hex>`, keyed; never the record id.
+    pub locator: String,
+    /// SHA-256 of the canonical item.
+    pub fingerprint: String,
+    pub bytes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetentionRecord {
+    /// `none`, `digest` or `content`.
+    pub policy: String,
+    pub ttl_ms: u64,
+    /// Whether this invocation's items are in the retained-content store.
+    pub content_retained: bool,
+}
+
+/// An item kept under `retention = "content"`, stored once per tenant and fingerprint
+/// (encrypted at rest) until `expires_at_ms`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetainedItem {
+    pub fingerprint: String,
+    pub item: Item,
+    pub expires_at_ms: i64,
+}
+
+/// Everything one turn writes, committed together.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnTrace {
+    pub turn: TurnRecord,
+    pub providers: Vec<ProviderRecord>,
+    pub retained: Vec<RetainedItem>,
+    /// The Build the turn ran (digest, JSON), so a replay runs the same build.
+    pub build: Option<(String, String)>,
+}
+
+/// SHA-256 over the ordered item fingerprints of one invocation.
+pub fn material_digest(fingerprints: &[&str]) -> String {
+    crate::digest::sha256_tagged(fingerprints.join("\n").as_bytes())
+}
+
+/// Milliseconds since the Unix epoch and the RFC 3339 (ms, UTC) form of `time`.
+pub fn timestamp(time: std::time::SystemTime) -> (i64, String) {
+    let ms = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    (ms, humantime::format_rfc3339_millis(time).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn material_digest_depends_on_order() {
+        assert_ne!(
+            material_digest(&["sha256:a", "sha256:b"]),
+            material_digest(&["sha256:b", "sha256:a"])
+        );
+    }
+
+    #[test]
+    fn timestamps_are_utc_milliseconds() {
+        let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_764_500_000_123);
+        let (ms, text) = timestamp(time);
+        assert_eq!(ms, 1_764_500_000_123);
+        assert_eq!(text, "2025-11-30T10:53:20.123Z");
+    }
+}

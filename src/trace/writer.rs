@@ -1,0 +1,942 @@
+//! The TraceWriter: persists provenance off the request path, as an actor on its own
+//! thread.
+//!
+//! - **Owner.** The thread `ctxd-trace-writer` owns the [`TraceStore`] — this process's
+//!   only write connection to it — and the batch being built. Nothing else touches
+//!   either.
+//! - **Mailbox.** A bounded crossbeam channel of `queue_capacity` traces (default 8192).
+//!   [`TraceSender::enqueue`] serializes and seals a trace on the caller's thread (so the
+//!   single writer thread only runs SQL), then `try_send`s it; while the queue is full
+//!   it retries with short async sleeps until `wait` has passed and then returns
+//!   [`Backpressure`]: the turn is answered 503, never silently untraced. Flush and
+//!   shutdown go through a separate unbounded control channel, so they are heard even
+//!   while the queue is full.
+//! - **Batching.** A batch commits, in one transaction, when it holds `batch_size`
+//!   traces or when its oldest trace has waited `batch_delay`, whichever comes first.
+//!   At start and every `purge_interval` the writer deletes retained content past its
+//!   expiry.
+//! - **Failures.** A failed commit keeps its batch and retries it with backoff (10 ms
+//!   doubling to 2 s), logging counts and the store error — never record content — and
+//!   counting `write_errors`. While it retries it reads no new traces, so the queue
+//!   fills and `enqueue` answers [`Backpressure::Full`]: if the disk stays broken, turns
+//!   get `503 RUNTIME_UNAVAILABLE` rather than losing traces, memory stays bounded by the
+//!   queue, and the writer keeps retrying until the disk recovers or shutdown. A
+//!   [`TraceWriterHandle::flush`] waiting on a failing batch gets an error after
+//!   [`FLUSH_GIVE_UP_ATTEMPTS`] attempts (the batch is still kept).
+//! - **Shutdown.** [`TraceWriterHandle::shutdown`] — last in the ordered shutdown —
+//!   closes the queue to new traces (`enqueue` then answers [`Backpressure::Stopped`]),
+//!   drains everything already queued, commits it, and joins the thread. If the store
+//!   still fails after [`SHUTDOWN_ATTEMPTS`] tries per batch, it returns
+//!   [`StoreError::NotWritten`] with the number of traces lost, and logs it. Dropping the
+//!   handle without `shutdown` does the same drain in the background without waiting;
+//!   a killed process keeps every committed batch (WAL), and loses the queue.
+
+use super::DigestKey;
+use super::record::TurnTrace;
+use super::store::{RowEncoder, StoreError, TraceRows, TraceStore, Written};
+use crossbeam_channel::{
+    Receiver, RecvTimeoutError, Sender, TrySendError, bounded, select, unbounded,
+};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Name of the writer thread.
+pub const THREAD_NAME: &str = "ctxd-trace-writer";
+/// Failed attempts at one batch after which waiting flushes are answered with an error.
+pub const FLUSH_GIVE_UP_ATTEMPTS: u32 = 5;
+/// Attempts per batch at shutdown before the writer gives up on it.
+pub const SHUTDOWN_ATTEMPTS: u32 = 3;
+const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// First and longest sleep of `enqueue` while the queue is full.
+const FIRST_PAUSE: Duration = Duration::from_micros(250);
+const MAX_PAUSE: Duration = Duration::from_millis(10);
+
+/// How the writer batches and how large its mailbox is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterSettings {
+    /// Traces the queue holds before `enqueue` waits (8192).
+    pub queue_capacity: usize,
+    /// Traces per transaction, at most (256).
+    pub batch_size: usize,
+    /// Longest a trace waits in a partial batch (50 ms).
+    pub batch_delay: Duration,
+    /// How often expired retained content is purged (60 s).
+    pub purge_interval: Duration,
+}
+
+impl Default for WriterSettings {
+    fn default() -> Self {
+        WriterSettings {
+            queue_capacity: 8192,
+            batch_size: 256,
+            batch_delay: Duration::from_millis(50),
+            purge_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Why a trace was not queued. Either way the caller answers 503: the trace was not
+/// dropped silently, the turn was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Backpressure {
+    #[error("the trace queue stayed full for {waited:?}")]
+    Full { waited: Duration },
+    #[error("the trace writer has stopped")]
+    Stopped,
+}
+
+/// A snapshot of the writer's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Batches committed.
+    pub batches: u64,
+    /// Turn records plus provider records committed.
+    pub records: u64,
+    /// Turns committed.
+    pub turns: u64,
+    /// Failed commit attempts (each retry counts).
+    pub write_errors: u64,
+    /// Retained items purged after their expiry.
+    pub purged: u64,
+    /// How long the last committed batch took.
+    pub last_batch: Duration,
+}
+
+/// State shared by the senders, the handle and the thread.
+#[derive(Default)]
+struct Shared {
+    batches: AtomicU64,
+    records: AtomicU64,
+    turns: AtomicU64,
+    write_errors: AtomicU64,
+    purged: AtomicU64,
+    last_batch_micros: AtomicU64,
+    /// Set when the writer starts its final drain: `enqueue` refuses from then on.
+    closed: AtomicBool,
+    /// `enqueue` calls between reading `closed` and finishing their `try_send`. The
+    /// final drain waits for zero, so no trace lands in a queue nobody will read.
+    sending: AtomicUsize,
+}
+
+impl Shared {
+    fn snapshot(&self) -> WriterStats {
+        WriterStats {
+            batches: self.batches.load(Ordering::Relaxed),
+            records: self.records.load(Ordering::Relaxed),
+            turns: self.turns.load(Ordering::Relaxed),
+            write_errors: self.write_errors.load(Ordering::Relaxed),
+            purged: self.purged.load(Ordering::Relaxed),
+            last_batch: Duration::from_micros(self.last_batch_micros.load(Ordering::Relaxed)),
+        }
+    }
+
+    fn committed(&self, written: Written, took: Duration) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.turns.fetch_add(written.turns, Ordering::Relaxed);
+        self.records
+            .fetch_add(written.turns + written.provider_records, Ordering::Relaxed);
+        self.last_batch_micros
+            .store(took.as_micros() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Starts the writer thread. Opens (and migrates) the store first, so a bad path or a
+/// store newer than this code fails here, before anything is served.
+pub fn spawn(
+    path: &Path,
+    key: &DigestKey,
+    settings: WriterSettings,
+) -> Result<(TraceSender, TraceWriterHandle), StoreError> {
+    let store = TraceStore::open(path, key)?;
+    let settings = WriterSettings {
+        queue_capacity: settings.queue_capacity.max(1),
+        batch_size: settings.batch_size.max(1),
+        ..settings
+    };
+    let (queue_tx, queue_rx) = bounded(settings.queue_capacity);
+    let (control_tx, control_rx) = unbounded();
+    let shared = Arc::new(Shared::default());
+    let writer = Writer {
+        path: path.to_path_buf(),
+        store,
+        shared: Arc::clone(&shared),
+        settings,
+        batch: Vec::with_capacity(settings.batch_size),
+        batch_deadline: None,
+        // Content that expired while the server was down goes first.
+        next_purge: Instant::now(),
+    };
+    let thread = std::thread::Builder::new()
+        .name(THREAD_NAME.to_owned())
+        .spawn(move || writer.run(&queue_rx, &control_rx))
+        .map_err(StoreError::Spawn)?;
+    Ok((
+        TraceSender {
+            queue_tx,
+            encoder: Arc::new(RowEncoder::new(key)),
+            shared: Arc::clone(&shared),
+        },
+        TraceWriterHandle {
+            control_tx,
+            thread,
+            shared,
+        },
+    ))
+}
+
+/// The writer's mailbox, for turn coordinators. Cheap to clone.
+#[derive(Clone)]
+pub struct TraceSender {
+    queue_tx: Sender<Box<TraceRows>>,
+    encoder: Arc<RowEncoder>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for TraceSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceSender")
+            .field("queue_depth", &self.queue_depth())
+            .finish_non_exhaustive()
+    }
+}
+
+enum SendFailure {
+    Full(Box<TraceRows>),
+    Stopped,
+}
+
+impl TraceSender {
+    /// Never blocks the calling thread (callers are async actix workers): `try_send` at
+    /// once, and while the queue is full retry with short async sleeps until `wait` has
+    /// passed; then `Err(Backpressure)` — the caller answers 503. Never a silent drop.
+    pub async fn enqueue(&self, trace: TurnTrace, wait: Duration) -> Result<(), Backpressure> {
+        let started = Instant::now();
+        let mut rows = Box::new(self.encoder.encode(&trace));
+        drop(trace);
+        let mut pause = FIRST_PAUSE;
+        loop {
+            match self.try_send(rows) {
+                Ok(()) => return Ok(()),
+                Err(SendFailure::Stopped) => return Err(Backpressure::Stopped),
+                Err(SendFailure::Full(back)) => {
+                    rows = back;
+                    let waited = started.elapsed();
+                    if waited >= wait {
+                        return Err(Backpressure::Full { waited });
+                    }
+                    tokio::time::sleep(pause.min(wait - waited)).await;
+                    pause = (pause * 2).min(MAX_PAUSE);
+                }
+            }
+        }
+    }
+
+    fn try_send(&self, rows: Box<TraceRows>) -> Result<(), SendFailure> {
+        self.shared.sending.fetch_add(1, Ordering::SeqCst);
+        let result = if self.shared.closed.load(Ordering::SeqCst) {
+            Err(SendFailure::Stopped)
+        } else {
+            self.queue_tx.try_send(rows).map_err(|error| match error {
+                TrySendError::Full(rows) => SendFailure::Full(rows),
+                TrySendError::Disconnected(_) => SendFailure::Stopped,
+            })
+        };
+        self.shared.sending.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+
+    /// Traces waiting in the queue.
+    pub fn queue_depth(&self) -> usize {
+        self.queue_tx.len()
+    }
+}
+
+enum Control {
+    /// Commit everything queued when the writer reads this, then answer.
+    Flush(Sender<Result<(), StoreError>>),
+    /// Drain, commit and stop.
+    Shutdown,
+}
+
+/// Controls the writer thread: flush, stats, and the final shutdown.
+pub struct TraceWriterHandle {
+    control_tx: Sender<Control>,
+    thread: JoinHandle<Result<WriterStats, StoreError>>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for TraceWriterHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceWriterHandle")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TraceWriterHandle {
+    /// Blocks until everything enqueued before the call is committed. Errors when the
+    /// store keeps failing (the writer keeps the batch and retries) or the writer has
+    /// stopped.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        let (reply_tx, reply_rx) = bounded(1);
+        self.control_tx
+            .send(Control::Flush(reply_tx))
+            .map_err(|_| StoreError::WriterStopped)?;
+        reply_rx.recv().map_err(|_| StoreError::WriterStopped)?
+    }
+
+    /// Drains the queue, commits, stops the thread and joins it. Call last in the
+    /// ordered shutdown.
+    pub fn shutdown(self) -> Result<WriterStats, StoreError> {
+        let _ = self.control_tx.send(Control::Shutdown);
+        self.thread.join().unwrap_or_else(|_| {
+            tracing::error!("the trace writer thread panicked");
+            Err(StoreError::WriterStopped)
+        })
+    }
+
+    /// Batches, records, write errors and the last batch's duration, for metrics.
+    pub fn stats(&self) -> WriterStats {
+        self.shared.snapshot()
+    }
+}
+
+/// What the writer does after a commit attempt.
+enum Step {
+    Continue,
+    /// Shutdown was requested (or the handle dropped) while a batch was failing.
+    Stop,
+}
+
+/// The thread's state.
+struct Writer {
+    path: PathBuf,
+    store: TraceStore,
+    shared: Arc<Shared>,
+    settings: WriterSettings,
+    batch: Vec<TraceRows>,
+    /// When the oldest trace in `batch` must be committed.
+    batch_deadline: Option<Instant>,
+    next_purge: Instant,
+}
+
+impl Writer {
+    fn run(
+        mut self,
+        queue_rx: &Receiver<Box<TraceRows>>,
+        control_rx: &Receiver<Control>,
+    ) -> Result<WriterStats, StoreError> {
+        let never = crossbeam_channel::never();
+        let mut queue_open = true;
+        loop {
+            let now = Instant::now();
+            let wake = self
+                .batch_deadline
+                .map_or(self.next_purge, |deadline| deadline.min(self.next_purge));
+            let queue = if queue_open { queue_rx } else { &never };
+            select! {
+                recv(queue) -> message => match message {
+                    Ok(rows) => {
+                        self.push(*rows);
+                        // Take what is already queued, up to a full batch.
+                        while self.batch.len() < self.settings.batch_size {
+                            match queue_rx.try_recv() {
+                                Ok(rows) => self.push(*rows),
+                                Err(_) => break,
+                            }
+                        }
+                        if self.batch.len() >= self.settings.batch_size
+                            && let Step::Stop = self.commit(Vec::new(), control_rx)
+                        {
+                            return self.finish(queue_rx);
+                        }
+                    }
+                    // Every sender is gone: commit what is left, keep serving control.
+                    Err(_) => queue_open = false,
+                },
+                recv(control_rx) -> message => match message {
+                    Ok(Control::Flush(reply)) => {
+                        // Everything enqueued before `flush` was called is in the queue
+                        // now; later traces may wait for their own batch.
+                        for _ in 0..queue_rx.len() {
+                            let Ok(rows) = queue_rx.try_recv() else { break };
+                            self.push(*rows);
+                            if self.batch.len() >= self.settings.batch_size
+                                && let Step::Stop = self.commit(Vec::new(), control_rx)
+                            {
+                                let _ = reply.send(Err(StoreError::WriterStopped));
+                                return self.finish(queue_rx);
+                            }
+                        }
+                        if let Step::Stop = self.commit(vec![reply], control_rx) {
+                            return self.finish(queue_rx);
+                        }
+                    }
+                    Ok(Control::Shutdown) | Err(_) => return self.finish(queue_rx),
+                },
+                default(wake.saturating_duration_since(now)) => {}
+            }
+            let now = Instant::now();
+            let due = self.batch_deadline.is_some_and(|deadline| now >= deadline)
+                || (!queue_open && !self.batch.is_empty());
+            if due && let Step::Stop = self.commit(Vec::new(), control_rx) {
+                return self.finish(queue_rx);
+            }
+            if now >= self.next_purge {
+                self.purge();
+            }
+        }
+    }
+
+    fn push(&mut self, rows: TraceRows) {
+        if self.batch.is_empty() {
+            self.batch_deadline = Some(later(Instant::now(), self.settings.batch_delay));
+        }
+        self.batch.push(rows);
+    }
+
+    /// Commits the batch, retrying with backoff until it succeeds or shutdown is
+    /// requested. `waiters` are answered when the batch commits, or with an error once it
+    /// has failed [`FLUSH_GIVE_UP_ATTEMPTS`] times.
+    fn commit(
+        &mut self,
+        mut waiters: Vec<Sender<Result<(), StoreError>>>,
+        control_rx: &Receiver<Control>,
+    ) -> Step {
+        self.batch_deadline = None;
+        let mut attempts = 0u32;
+        loop {
+            if self.batch.is_empty() {
+                answer(waiters, || Ok(()));
+                return Step::Continue;
+            }
+            let started = Instant::now();
+            match self.store.write_rows(&self.batch) {
+                Ok(written) => {
+                    self.shared.committed(written, started.elapsed());
+                    if attempts > 0 {
+                        tracing::info!(
+                            store = %self.path.display(),
+                            traces = self.batch.len(),
+                            attempts = attempts + 1,
+                            "trace batch committed after failures"
+                        );
+                    }
+                    self.batch.clear();
+                    answer(waiters, || Ok(()));
+                    return Step::Continue;
+                }
+                Err(error) => {
+                    attempts += 1;
+                    self.shared.write_errors.fetch_add(1, Ordering::Relaxed);
+                    let backoff = backoff(attempts);
+                    tracing::error!(
+                        store = %self.path.display(),
+                        traces = self.batch.len(),
+                        attempt = attempts,
+                        retry_in_ms = backoff.as_millis() as u64,
+                        error = %error,
+                        "trace batch commit failed; the batch is kept and retried"
+                    );
+                    let failing = || StoreError::WriteFailing {
+                        path: self.path.clone(),
+                        attempts,
+                        last_error: error.to_string(),
+                    };
+                    if attempts >= FLUSH_GIVE_UP_ATTEMPTS {
+                        answer(std::mem::take(&mut waiters), || Err(failing()));
+                    }
+                    match control_rx.recv_timeout(backoff) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Ok(Control::Flush(reply)) if attempts >= FLUSH_GIVE_UP_ATTEMPTS => {
+                            let _ = reply.send(Err(failing()));
+                        }
+                        Ok(Control::Flush(reply)) => waiters.push(reply),
+                        Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
+                            answer(waiters, || Err(failing()));
+                            return Step::Stop;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The final drain: refuse new traces, wait out in-flight `enqueue`s, commit
+    /// everything queued in batches, each tried [`SHUTDOWN_ATTEMPTS`] times.
+    fn finish(mut self, queue_rx: &Receiver<Box<TraceRows>>) -> Result<WriterStats, StoreError> {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        while self.shared.sending.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        let mut pending = std::mem::take(&mut self.batch);
+        pending.extend(queue_rx.try_iter().map(|rows| *rows));
+        let mut done = 0;
+        while done < pending.len() {
+            let end = (done + self.settings.batch_size).min(pending.len());
+            let chunk = &pending[done..end];
+            let mut attempts = 0;
+            loop {
+                let started = Instant::now();
+                match self.store.write_rows(chunk) {
+                    Ok(written) => {
+                        self.shared.committed(written, started.elapsed());
+                        break;
+                    }
+                    Err(error) => {
+                        attempts += 1;
+                        self.shared.write_errors.fetch_add(1, Ordering::Relaxed);
+                        if attempts >= SHUTDOWN_ATTEMPTS {
+                            let lost = pending.len() - done;
+                            tracing::error!(
+                                store = %self.path.display(),
+                                traces = lost,
+                                attempts,
+                                error = %error,
+                                "trace writer stopped with traces not written"
+                            );
+                            return Err(StoreError::NotWritten {
+                                path: self.path.clone(),
+                                traces: lost,
+                                last_error: error.to_string(),
+                            });
+                        }
+                        std::thread::sleep(backoff(attempts));
+                    }
+                }
+            }
+            done = end;
+        }
+        Ok(self.shared.snapshot())
+    }
+
+    fn purge(&mut self) {
+        self.next_purge = later(Instant::now(), self.settings.purge_interval);
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        match self.store.purge_expired(now_ms) {
+            Ok(rows) => {
+                self.shared.purged.fetch_add(rows as u64, Ordering::Relaxed);
+                if rows > 0 {
+                    tracing::debug!(rows, "purged expired retained content");
+                }
+            }
+            Err(error) => tracing::error!(
+                store = %self.path.display(),
+                error = %error,
+                "purging expired retained content failed; retrying at the next interval"
+            ),
+        }
+    }
+}
+
+fn answer(
+    waiters: Vec<Sender<Result<(), StoreError>>>,
+    result: impl Fn() -> Result<(), StoreError>,
+) {
+    for waiter in waiters {
+        let _ = waiter.send(result());
+    }
+}
+
+/// 10 ms doubling per attempt, at most 2 s.
+fn backoff(attempts: u32) -> Duration {
+    FIRST_BACKOFF
+        .saturating_mul(1 << attempts.saturating_sub(1).min(16))
+        .min(MAX_BACKOFF)
+}
+
+/// `from + by`, or far in the future when that overflows.
+fn later(from: Instant, by: Duration) -> Instant {
+    from.checked_add(by)
+        .unwrap_or_else(|| from + Duration::from_secs(86_400 * 365))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::{LayerStatus, ProviderStatus};
+    use crate::trace::store::testing::{self, ProviderSpec, item, key};
+    use crate::trace::store::{StoreCounts, TraceReader};
+    use rusqlite::Connection;
+    use std::io::{BufRead, BufReader};
+
+    const LONG: Duration = Duration::from_secs(3600);
+    const PATIENT: Duration = Duration::from_secs(30);
+
+    fn settings(queue_capacity: usize, batch_size: usize, batch_delay: Duration) -> WriterSettings {
+        WriterSettings {
+            queue_capacity,
+            batch_size,
+            batch_delay,
+            purge_interval: LONG,
+        }
+    }
+
+    /// Turn `i`: two provider records, so 3 records per turn.
+    fn trace(i: usize) -> TurnTrace {
+        testing::simple(
+            &key(),
+            &format!("turn-{i}"),
+            "acme",
+            i as i64,
+            &[
+                ("crm", ProviderStatus::Ok),
+                ("orders", ProviderStatus::Timeout),
+            ],
+            &[("profile", LayerStatus::Included)],
+        )
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+    }
+
+    fn enqueue(
+        sender: &TraceSender,
+        range: std::ops::Range<usize>,
+        wait: Duration,
+    ) -> Vec<Result<(), Backpressure>> {
+        runtime().block_on(async {
+            let mut results = Vec::new();
+            for i in range {
+                results.push(sender.enqueue(trace(i), wait).await);
+            }
+            results
+        })
+    }
+
+    fn enqueue_ok(sender: &TraceSender, range: std::ops::Range<usize>) {
+        for result in enqueue(sender, range, PATIENT) {
+            result.unwrap();
+        }
+    }
+
+    /// Waits (bounded) for a condition the writer reaches on its own.
+    fn eventually(what: &str, condition: impl Fn() -> bool) {
+        let deadline = Instant::now() + PATIENT;
+        while !condition() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn counts(path: &Path) -> StoreCounts {
+        TraceReader::open(path, None).unwrap().counts().unwrap()
+    }
+
+    fn temp_store() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("traces.db");
+        (dir, path)
+    }
+
+    #[test]
+    fn batches_commit_when_full() {
+        let (_dir, path) = temp_store();
+        let (sender, handle) = spawn(&path, &key(), settings(64, 4, LONG)).unwrap();
+        enqueue_ok(&sender, 0..8);
+        eventually("two full batches", || handle.stats().turns == 8);
+        let stats = handle.stats();
+        assert_eq!(
+            (stats.batches, stats.records, stats.write_errors),
+            (2, 24, 0)
+        );
+        assert_eq!(counts(&path).turns, 8);
+        enqueue_ok(&sender, 8..9);
+        handle.flush().unwrap();
+        assert_eq!(handle.stats().batches, 3, "the partial batch on flush");
+        let stats = handle.shutdown().unwrap();
+        assert_eq!((stats.batches, stats.turns, stats.records), (3, 9, 27));
+    }
+
+    #[test]
+    fn a_partial_batch_commits_after_the_delay() {
+        let (_dir, path) = temp_store();
+        let (sender, handle) =
+            spawn(&path, &key(), settings(64, 1000, Duration::from_millis(20))).unwrap();
+        enqueue_ok(&sender, 0..3);
+        // No flush, and far from a full batch: only the delay commits it.
+        eventually("the delayed batch", || handle.stats().turns == 3);
+        assert!(handle.stats().batches >= 1);
+        assert!(handle.stats().last_batch > Duration::ZERO);
+        assert_eq!(counts(&path).turns, 3);
+        handle.shutdown().unwrap();
+    }
+
+    #[test]
+    fn flush_commits_everything_enqueued_before_it() {
+        let (_dir, path) = temp_store();
+        let (sender, handle) = spawn(&path, &key(), settings(64, 1000, LONG)).unwrap();
+        handle.flush().unwrap();
+        assert_eq!(handle.stats().batches, 0, "nothing to commit");
+        enqueue_ok(&sender, 0..5);
+        handle.flush().unwrap();
+        assert_eq!(handle.stats().batches, 1);
+        assert_eq!(
+            counts(&path),
+            StoreCounts {
+                turns: 5,
+                provider_records: 10,
+                retained_items: 0
+            }
+        );
+        handle.shutdown().unwrap();
+    }
+
+    #[test]
+    fn shutdown_drains_the_queue_and_then_refuses() {
+        let (_dir, path) = temp_store();
+        let (sender, handle) = spawn(&path, &key(), settings(1024, 1000, LONG)).unwrap();
+        enqueue_ok(&sender, 0..300);
+        let stats = handle.shutdown().unwrap();
+        assert_eq!((stats.turns, stats.records), (300, 900));
+        assert_eq!(counts(&path).turns, 300);
+        assert_eq!(
+            enqueue(&sender, 300..301, PATIENT),
+            [Err(Backpressure::Stopped)]
+        );
+    }
+
+    #[test]
+    fn dropping_the_handle_drains_in_the_background() {
+        let (_dir, path) = temp_store();
+        let (sender, handle) = spawn(&path, &key(), settings(64, 1000, LONG)).unwrap();
+        enqueue_ok(&sender, 0..10);
+        drop(handle);
+        eventually("the background drain", || counts(&path).turns == 10);
+        assert_eq!(
+            enqueue(&sender, 10..11, PATIENT),
+            [Err(Backpressure::Stopped)]
+        );
+    }
+
+    #[test]
+    fn a_full_queue_is_backpressure_after_the_wait() {
+        let (_dir, path) = temp_store();
+        let (sender, handle) = spawn(&path, &key(), settings(1, 1, LONG)).unwrap();
+        // Another connection holds the write lock: the writer's first commit waits.
+        let blocker = Connection::open(&path).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        enqueue_ok(&sender, 0..1);
+        // Accepted once the writer has taken turn 0 off the queue and is stuck on it.
+        enqueue_ok(&sender, 1..2);
+        assert_eq!(sender.queue_depth(), 1);
+        let started = Instant::now();
+        let refused = enqueue(&sender, 2..3, Duration::from_millis(30));
+        assert!(
+            matches!(refused[..], [Err(Backpressure::Full { waited })] if waited >= Duration::from_millis(30)),
+            "{refused:?}"
+        );
+        assert!(started.elapsed() >= Duration::from_millis(30));
+        let immediate = enqueue(&sender, 2..3, Duration::ZERO);
+        assert!(
+            matches!(immediate[..], [Err(Backpressure::Full { .. })]),
+            "{immediate:?}"
+        );
+        blocker.execute_batch("ROLLBACK").unwrap();
+        handle.flush().unwrap();
+        let stats = handle.shutdown().unwrap();
+        assert_eq!(stats.turns, 2, "the refused trace was never queued");
+        assert_eq!(counts(&path).turns, 2);
+    }
+
+    fn refuse_writes(path: &Path) -> Connection {
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch(
+            "CREATE TRIGGER refuse_turns BEFORE INSERT ON turns BEGIN SELECT RAISE(ABORT, 'disk broken'); END;",
+        )
+        .unwrap();
+        conn
+    }
+
+    #[test]
+    fn a_failing_store_keeps_the_batch_and_pushes_back() {
+        let (_dir, path) = temp_store();
+        let (sender, handle) = spawn(&path, &key(), settings(2, 1, Duration::ZERO)).unwrap();
+        let breaker = refuse_writes(&path);
+        enqueue_ok(&sender, 0..1);
+        eventually("a failed commit", || handle.stats().write_errors >= 1);
+        // The writer reads nothing while it retries: the queue fills, then refuses.
+        enqueue_ok(&sender, 1..3);
+        let refused = enqueue(&sender, 3..4, Duration::from_millis(20));
+        assert!(
+            matches!(refused[..], [Err(Backpressure::Full { .. })]),
+            "{refused:?}"
+        );
+        let error = handle.flush().unwrap_err();
+        assert!(matches!(error, StoreError::WriteFailing { .. }), "{error}");
+        let message = error.to_string();
+        assert!(
+            message.contains("traces.db") && message.contains("disk broken"),
+            "{message}"
+        );
+        assert_eq!(counts(&path).turns, 0);
+
+        breaker.execute_batch("DROP TRIGGER refuse_turns").unwrap();
+        eventually("recovery", || handle.stats().turns == 3);
+        handle.flush().unwrap();
+        let stats = handle.shutdown().unwrap();
+        assert!(
+            stats.write_errors >= FLUSH_GIVE_UP_ATTEMPTS as u64,
+            "{stats:?}"
+        );
+        assert_eq!(counts(&path).turns, 3, "nothing accepted was lost");
+    }
+
+    #[test]
+    fn shutdown_on_a_broken_store_reports_what_was_not_written() {
+        let (_dir, path) = temp_store();
+        let (sender, handle) = spawn(&path, &key(), settings(8, 1, Duration::ZERO)).unwrap();
+        let _breaker = refuse_writes(&path);
+        enqueue_ok(&sender, 0..3);
+        eventually("a failed commit", || handle.stats().write_errors >= 1);
+        match handle.shutdown() {
+            Err(StoreError::NotWritten { traces, .. }) => assert_eq!(traces, 3),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn expired_retained_content_is_purged_every_interval() {
+        let (_dir, path) = temp_store();
+        let (sender, handle) = spawn(
+            &path,
+            &key(),
+            WriterSettings {
+                purge_interval: Duration::from_millis(5),
+                ..settings(64, 1000, LONG)
+            },
+        )
+        .unwrap();
+        let mut expired = testing::turn(
+            &key(),
+            "turn-expired",
+            "acme",
+            0,
+            &[ProviderSpec::new("crm", ProviderStatus::Ok)
+                .items(vec![item("CUST-1", "a", "b")])
+                .retention("content")],
+            &[],
+        );
+        expired.retained[0].expires_at_ms = 1;
+        runtime()
+            .block_on(sender.enqueue(expired, PATIENT))
+            .unwrap();
+        handle.flush().unwrap();
+        eventually("the purge", || handle.stats().purged == 1);
+        assert_eq!(counts(&path).retained_items, 0);
+        assert_eq!(counts(&path).turns, 1);
+        handle.shutdown().unwrap();
+    }
+
+    #[test]
+    fn spawn_fails_on_a_bad_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        let error = spawn(&file.join("traces.db"), &key(), WriterSettings::default()).unwrap_err();
+        assert!(matches!(error, StoreError::CreateDir { .. }), "{error}");
+        assert!(error.to_string().contains("file"), "{error}");
+    }
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        assert_eq!(backoff(1), Duration::from_millis(10));
+        assert_eq!(backoff(2), Duration::from_millis(20));
+        assert_eq!(backoff(5), Duration::from_millis(160));
+        assert_eq!(backoff(9), MAX_BACKOFF);
+        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
+    }
+
+    // ---- kill -9: a real process killed mid-write keeps every committed batch -------
+
+    const CRASH_CHILD_ENV: &str = "CTXD_TRACE_WRITER_CRASH_CHILD_STORE";
+    const CRASH_COMMITTED: usize = 200;
+
+    /// The child half of `kill_9_keeps_every_committed_batch`: commits
+    /// `CRASH_COMMITTED` turns, says so, then writes until killed.
+    #[test]
+    #[ignore = "child process of kill_9_keeps_every_committed_batch"]
+    fn crash_child() {
+        let Ok(store) = std::env::var(CRASH_CHILD_ENV) else {
+            return;
+        };
+        let (sender, handle) = spawn(
+            Path::new(&store),
+            &key(),
+            settings(64, 16, Duration::from_millis(1)),
+        )
+        .unwrap();
+        enqueue_ok(&sender, 0..CRASH_COMMITTED);
+        handle.flush().unwrap();
+        println!("ctxd-crash-child: committed {CRASH_COMMITTED}");
+        runtime().block_on(async {
+            for i in CRASH_COMMITTED.. {
+                sender.enqueue(trace(i), PATIENT).await.unwrap();
+                if i % 8 == 0 {
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn kill_9_keeps_every_committed_batch() {
+        let (_dir, path) = temp_store();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "trace::writer::tests::crash_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CRASH_CHILD_ENV, &path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let announced = format!("ctxd-crash-child: committed {CRASH_COMMITTED}");
+        let mut seen = false;
+        for line in stdout.lines() {
+            if line.unwrap().contains(&announced) {
+                seen = true;
+                break;
+            }
+        }
+        assert!(seen, "the child never committed its first turns");
+        // Let it get some batches in flight, then SIGKILL (no destructors, no close).
+        eventually("more writes", || {
+            TraceReader::open(&path, None)
+                .and_then(|reader| reader.counts())
+                .is_ok_and(|counts| counts.turns as usize > CRASH_COMMITTED)
+        });
+        child.kill().unwrap();
+        let status = child.wait().unwrap();
+        assert!(!status.success());
+
+        let store = TraceStore::open(&path, &key()).unwrap();
+        let check: String = store
+            .connection()
+            .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
+        let reader = TraceReader::open(&path, None).unwrap();
+        let counts = reader.counts().unwrap();
+        assert!(counts.turns as usize > CRASH_COMMITTED, "{counts:?}");
+        assert_eq!(counts.provider_records, 2 * counts.turns, "turns are whole");
+        for i in [0, CRASH_COMMITTED / 2, CRASH_COMMITTED - 1] {
+            let stored = reader.turn(None, &format!("turn-{i}")).unwrap().unwrap();
+            assert_eq!(stored.providers.len(), 2);
+        }
+    }
+}
