@@ -19,6 +19,7 @@ use crate::project::{MAX_BUDGET_BYTES, MIN_BUDGET_BYTES};
 use crate::providers::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
 use crate::providers::{LookupCall, detail};
 use crate::resilience::breaker::{CallResult, classify};
+use crate::telemetry::metrics;
 use crate::trace::capture::{InvocationFacts, Locators, ProviderTraceSettings, TurnFacts, capture};
 use actix::prelude::*;
 use futures_util::future::join_all;
@@ -131,14 +132,19 @@ async fn run_turn(
         Mode::Fixtures => gate::plan(project, &gate_request, &|_| true),
     };
 
-    let (outcomes, facts): (Vec<Outcome>, Vec<CallFacts>) = join_all(
-        plan.invocations
-            .iter()
-            .map(|invocation| invoke(registry.mode, runtime, invocation, turn_deadline)),
-    )
-    .await
-    .into_iter()
-    .unzip();
+    let (outcomes, facts): (Vec<Outcome>, Vec<CallFacts>) =
+        join_all(plan.invocations.iter().map(|invocation| {
+            invoke(
+                registry.mode,
+                &tenant.id,
+                runtime,
+                invocation,
+                turn_deadline,
+            )
+        }))
+        .await
+        .into_iter()
+        .unzip();
     let max_bytes = fixtures::budget(project, request.budget.map(|b| b.max_bytes));
     let result = kernel::assemble(
         project,
@@ -150,6 +156,7 @@ async fn run_turn(
     let turn_id = uuid::Uuid::now_v7().to_string();
     let locators = Locators::of(&result, &registry.digest_key);
     let duration = started.elapsed();
+
     let mut trace = capture(
         &TurnFacts {
             turn_id: &turn_id,
@@ -193,8 +200,18 @@ async fn run_turn(
             runtime.build_recorded.store(false, Ordering::Release);
         }
         tracing::error!(tenant = %tenant.id, project = %project.id(), "trace queue full: turn refused");
+        metrics::trace_backpressure();
         return Err(TurnError::TraceBackpressure);
     }
+    // Everything the coordinator did, trace capture and queueing included.
+    let handled = started.elapsed();
+    let slowest_call = facts.iter().map(|f| f.duration).max().unwrap_or_default();
+    metrics::TurnTimed {
+        tenant: &tenant.id,
+        duration: handled,
+        overhead: handled.saturating_sub(slowest_call),
+    }
+    .emit();
     let response = respond(
         runtime,
         &plan.invocations,
@@ -248,6 +265,7 @@ fn check_range(field: &str, value: u64, min: u64, max: u64) -> Result<(), TurnEr
 
 async fn invoke(
     mode: Mode,
+    tenant: &str,
     runtime: &ProjectRuntime,
     invocation: &Invocation,
     turn_deadline: Instant,
@@ -285,6 +303,14 @@ async fn invoke(
         duration: started.elapsed(),
         observed_at: SystemTime::now(),
     };
+    metrics::ProviderCallFinished {
+        tenant,
+        provider: &invocation.provider_id,
+        status: outcome.status.as_str(),
+        detail: outcome.detail.as_deref(),
+        duration: facts.duration,
+    }
+    .emit();
     (outcome, facts)
 }
 

@@ -82,6 +82,17 @@ impl ProviderActor {
             })
     }
 
+    /// Publishes calls in flight and the circuit state as gauges.
+    fn observed(&self, now: Instant) {
+        crate::telemetry::metrics::ProviderStateObserved {
+            tenant: &self.tenant,
+            provider: &self.provider,
+            in_flight: self.max_concurrency - self.permits.available_permits(),
+            circuit: self.breaker.state(now).as_gauge(),
+        }
+        .emit();
+    }
+
     fn log_transition(&self, transition: Transition) {
         if transition.to == BreakerState::Open {
             tracing::warn!(tenant = %self.tenant, provider = %self.provider, from = transition.from.as_str(), "circuit opened");
@@ -180,6 +191,7 @@ impl Handler<Acquire> for ProviderActor {
             self.breaker.record(ticket, CallResult::Neutral, now);
             return MessageResult(Err(Refusal::Overloaded));
         };
+        self.observed(now);
         MessageResult(Ok(Grant {
             implementation: self.implementation.clone(),
             permit,
@@ -209,6 +221,7 @@ impl Handler<Report> for ProviderActor {
         if let Some(transition) = self.breaker.record(report.ticket, report.result, now) {
             self.log_transition(transition);
         }
+        self.observed(now);
     }
 }
 

@@ -45,6 +45,20 @@ impl ApiError {
         }
     }
 
+    /// The `outcome` label of the turns counter for this error.
+    pub fn metric_outcome(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::BadRequest { .. } => "bad_request",
+            ApiError::NotFound { .. } => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::TooManyTurns { .. } => "too_many_turns",
+            ApiError::Unprocessable { .. } => "unprocessable",
+            ApiError::RuntimeUnavailable { .. } => "runtime_unavailable",
+        }
+    }
+
     fn message(&self) -> String {
         match self {
             ApiError::Unauthorized => {

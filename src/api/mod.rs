@@ -21,6 +21,8 @@ pub struct ApiState {
     pub registry: Arc<Registry>,
     /// Every provider actor, for `/readyz`.
     pub providers: Vec<Addr<ProviderActor>>,
+    /// Renders `GET /metrics`; `None` when metrics are disabled.
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
 
 /// Builds the server on an already bound listener (tests bind `127.0.0.1:0`). Signals

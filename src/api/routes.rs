@@ -3,7 +3,8 @@
 
 use super::{ApiError, ApiState};
 use crate::actors::{Coordinator, RunTurn, TenantRuntime, Topology};
-use crate::contract::TurnRequest;
+use crate::contract::{TurnRequest, TurnResponse};
+use crate::telemetry::metrics::TurnEnded;
 use actix::Addr;
 use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::StreamExt;
@@ -21,7 +22,8 @@ pub fn configure(config: &mut web::ServiceConfig) {
         .route("/v1/turns", web::post().to(turn))
         .route("/v1/turns", web::to(method_not_allowed))
         .route("/healthz", web::get().to(healthz))
-        .route("/readyz", web::get().to(readyz));
+        .route("/readyz", web::get().to(readyz))
+        .route("/metrics", web::get().to(metrics));
 }
 
 pub async fn not_found() -> Result<HttpResponse, ApiError> {
@@ -32,6 +34,16 @@ pub async fn not_found() -> Result<HttpResponse, ApiError> {
 
 async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
     Err(ApiError::MethodNotAllowed)
+}
+
+/// Prometheus text exposition; 404 when metrics are disabled in the config.
+async fn metrics(state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
+    let handle = state.metrics.as_ref().ok_or_else(|| ApiError::NotFound {
+        message: "metrics are disabled in the config".to_owned(),
+    })?;
+    Ok(HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(handle.render()))
 }
 
 async fn healthz() -> HttpResponse {
@@ -106,12 +118,36 @@ async fn turn(
     state: web::Data<ApiState>,
     coordinator: web::Data<Addr<Coordinator>>,
 ) -> Result<HttpResponse, ApiError> {
+    let mut tenant = None;
+    let result = answer_turn(&request, payload, &state, &coordinator, &mut tenant).await;
+    let outcome = match &result {
+        Ok(response) if response.blocked => "blocked",
+        Ok(_) => "answered",
+        Err(error) => error.metric_outcome(),
+    };
+    TurnEnded {
+        tenant: tenant.as_ref().map(|t: &Arc<TenantRuntime>| t.id.as_str()),
+        outcome,
+    }
+    .emit();
+    result.map(|response| HttpResponse::Ok().json(response))
+}
+
+/// Answers one turn; `tenant` is set once the caller is authenticated.
+async fn answer_turn(
+    request: &HttpRequest,
+    payload: web::Payload,
+    state: &ApiState,
+    coordinator: &Addr<Coordinator>,
+    tenant_seen: &mut Option<Arc<TenantRuntime>>,
+) -> Result<TurnResponse, ApiError> {
     let registry = &state.registry;
     if registry.is_shutting_down() {
         return Err(shutting_down());
     }
-    let tenant = authenticate(&request, registry)?;
-    let body = read_body(&request, payload, registry.max_body_bytes).await?;
+    let tenant = authenticate(request, registry)?;
+    *tenant_seen = Some(Arc::clone(&tenant));
+    let body = read_body(request, payload, registry.max_body_bytes).await?;
     let turn = parse_turn(&body)?;
     let in_flight = InFlight::enter(tenant)?;
     let tenant = Arc::clone(&in_flight.0);
@@ -131,7 +167,7 @@ async fn turn(
             actix::MailboxError::Closed => shutting_down(),
         })??;
     drop(in_flight);
-    Ok(HttpResponse::Ok().json(response))
+    Ok(response)
 }
 
 fn shutting_down() -> ApiError {

@@ -13,6 +13,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
+/// How often histograms are compacted and the trace queue depth is sampled.
+const METRICS_UPKEEP: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     #[arg(long, default_value = "config/ctxd.toml")]
@@ -44,6 +47,11 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     let grace = config.server.shutdown_grace;
 
+    let metrics = if config.metrics.enabled {
+        Some(crate::telemetry::metrics::install(&config.metrics)?)
+    } else {
+        None
+    };
     actix_rt::System::new().block_on(async move {
         let topology = Topology::start(&config, &env, mode).await?;
         let listener = std::net::TcpListener::bind(listen)
@@ -53,7 +61,19 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         let state = ApiState {
             registry: topology.registry(),
             providers: topology.provider_addrs(),
+            metrics: metrics.clone(),
         };
+        if let Some(handle) = metrics {
+            let registry = topology.registry();
+            actix_rt::spawn(async move {
+                let mut tick = actix_rt::time::interval(METRICS_UPKEEP);
+                loop {
+                    tick.tick().await;
+                    handle.run_upkeep();
+                    crate::telemetry::metrics::trace_queue_depth(registry.traces.queue_depth());
+                }
+            });
+        }
         let server = api::server(listener, state, workers, grace)?;
         let handle = server.handle();
         let serving = actix_rt::spawn(server);

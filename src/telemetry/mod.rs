@@ -1,5 +1,8 @@
-//! Logging setup. Log lines are structured (`provider = …, status = …`) and never carry
-//! a lookup value, a secret or provider content.
+//! Logging and metrics. Log lines are structured (`provider = …, status = …`) and never
+//! carry a lookup value, a secret or provider content; metric labels never carry ids or
+//! values.
+
+pub mod metrics;
 
 use tracing_subscriber::EnvFilter;
 

@@ -141,6 +141,11 @@ impl Shared {
             .fetch_add(written.turns + written.provider_records, Ordering::Relaxed);
         self.last_batch_micros
             .store(took.as_micros() as u64, Ordering::Relaxed);
+        crate::telemetry::metrics::TraceBatchWritten {
+            records: written.turns + written.provider_records,
+            duration: took,
+        }
+        .emit();
     }
 }
 

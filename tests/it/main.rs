@@ -5,6 +5,7 @@ mod cli_preview;
 mod cli_test;
 mod cli_validate;
 mod http_provider;
+mod metrics;
 mod provenance;
 mod provider_server;
 mod serve;
