@@ -177,6 +177,7 @@ fn turn(key: &DigestKey, i: usize) -> TurnTrace {
                 fingerprint: Some(item.fingerprint.clone()),
                 bytes: item.bytes,
                 truncated: false,
+                handle: None,
             })
         })
         .collect();

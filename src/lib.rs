@@ -13,6 +13,7 @@
 //! - [`config`] — server config, tenants and Deployment Bindings.
 //! - [`gate`] — the per-layer invocation decision (pure).
 //! - [`kernel`] — from outcomes to layer statuses, blocking, budget and rendered text (pure).
+//! - [`handles`] — material too large for a budget, behind opaque handles with bounded operations.
 //! - [`providers`] — HTTP and SQLite providers, answer bounds and secret scanning.
 //! - [`fixtures`] — Context Tests and Preview from fixtures.
 //! - [`digest`] — canonical JSON and SHA-256 digests.
@@ -31,6 +32,7 @@ pub mod contract;
 pub mod digest;
 pub mod fixtures;
 pub mod gate;
+pub mod handles;
 pub mod kernel;
 pub mod project;
 pub mod providers;

@@ -8,13 +8,15 @@
 use super::provider::{Acquire, Refusal, Report};
 use super::topology::{Mode, ProjectRuntime, Registry, TenantRuntime};
 use crate::config::{DEFAULT_RETENTION_TTL, Retention};
+use crate::contract::Item;
 use crate::contract::{
     BudgetReport, CutReport, LayerReport, ProviderReport, ProviderStatus, SelectionReport, Source,
     TurnRequest, TurnResponse, VersionSource,
 };
 use crate::fixtures::{self, fixture_by_value};
 use crate::gate::{self, GateRequest, Invocation};
-use crate::kernel::{self, Outcome, TurnResult};
+use crate::handles::{HandleMaterial, HandleRef, HandleStore};
+use crate::kernel::{self, HandleSink, Outcome, TurnResult};
 use crate::project::{MAX_BUDGET_BYTES, MIN_BUDGET_BYTES};
 use crate::providers::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
 use crate::providers::{LookupCall, detail};
@@ -146,12 +148,17 @@ async fn run_turn(
         .into_iter()
         .unzip();
     let max_bytes = fixtures::budget(project, request.budget.map(|b| b.max_bytes));
-    let result = kernel::assemble(
+    let mut handles = StoreSink {
+        store: &registry.handles,
+        tenant: &tenant.id,
+    };
+    let result = kernel::assemble_with_handles(
         project,
         &plan,
         &outcomes,
         max_bytes,
         &kernel::random_nonce(),
+        &mut handles,
     );
     let turn_id = uuid::Uuid::now_v7().to_string();
     let locators = Locators::of(&result, &registry.digest_key);
@@ -390,6 +397,21 @@ async fn invoke_live(
     (outcome, version_source)
 }
 
+/// Registers items that do not fit in the tenant's handle store.
+struct StoreSink<'a> {
+    store: &'a HandleStore,
+    tenant: &'a str,
+}
+
+impl HandleSink for StoreSink<'_> {
+    fn offer(&mut self, _layer: &str, _provider: &str, item: &Item) -> Option<HandleRef> {
+        self.store
+            .register(self.tenant, HandleMaterial::Items(vec![item.clone()]), std::time::Instant::now())
+            .inspect_err(|error| tracing::warn!(tenant = %self.tenant, error = %error, "handle not registered"))
+            .ok()
+    }
+}
+
 /// How provenance sees a provider of this project: its type and retention.
 fn trace_settings<'r>(
     mode: Mode,
@@ -492,6 +514,7 @@ fn respond(
                 fingerprint: s.fingerprint,
                 bytes: s.bytes,
                 truncated: s.truncated,
+                handle: s.handle,
             })
             .collect(),
         cuts: result

@@ -45,6 +45,8 @@ pub struct Registry {
     pub trace_wait: Duration,
     /// The trace store, for searches and replays (read-only connections).
     pub store_path: PathBuf,
+    /// Material kept behind handles, shared by every worker (`[handles]` in the config).
+    pub handles: Arc<crate::handles::HandleStore>,
 }
 
 pub struct TenantRuntime {
@@ -206,6 +208,7 @@ impl Topology {
                 traces,
                 trace_wait: config.trace.backpressure_wait,
                 store_path,
+                handles: Arc::new(crate::handles::HandleStore::new(config.handles)),
             }),
             providers: started,
             arbiters,

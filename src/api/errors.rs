@@ -29,6 +29,11 @@ pub enum ApiError {
     TooManyTurns { limit: usize },
     /// 503: ctxd itself cannot serve (shutting down). Never a provider's failure.
     RuntimeUnavailable { message: String },
+    /// A handle operation refused (seed 004 kinds, lowercase codes, with their fields):
+    /// 400 for `invalid_*`, `out_of_range` and `unsupported_partition`, 403
+    /// `capability_denied`, 404 `unknown_handle`, 409 `stale_handle` for a wrong version
+    /// and 410 for a deleted, expired or evicted handle, 422 `time_limit_exceeded`.
+    Handle(crate::handles::HandleError),
 }
 
 impl ApiError {
@@ -42,6 +47,7 @@ impl ApiError {
             ApiError::TooManyTurns { .. } => "TOO_MANY_TURNS",
             ApiError::Unprocessable { .. } => "UNPROCESSABLE",
             ApiError::RuntimeUnavailable { .. } => "RUNTIME_UNAVAILABLE",
+            ApiError::Handle(error) => error.kind(),
         }
     }
 
@@ -56,6 +62,7 @@ impl ApiError {
             ApiError::TooManyTurns { .. } => "too_many_turns",
             ApiError::Unprocessable { .. } => "unprocessable",
             ApiError::RuntimeUnavailable { .. } => "runtime_unavailable",
+            ApiError::Handle(error) => error.kind(),
         }
     }
 
@@ -75,6 +82,7 @@ impl ApiError {
             ApiError::TooManyTurns { limit } => {
                 format!("the tenant already has {limit} turns in flight; retry shortly")
             }
+            ApiError::Handle(error) => error.to_string(),
         }
     }
 }
@@ -102,6 +110,28 @@ impl From<TurnError> for ApiError {
     }
 }
 
+fn handle_status(error: &crate::handles::HandleError) -> StatusCode {
+    use crate::handles::{HandleError, StaleReason};
+    match error {
+        HandleError::InvalidHandle
+        | HandleError::InvalidLimit { .. }
+        | HandleError::InvalidPattern { .. }
+        | HandleError::InvalidArgument { .. }
+        | HandleError::OutOfRange { .. }
+        | HandleError::UnsupportedPartition { .. } => StatusCode::BAD_REQUEST,
+        HandleError::CapabilityDenied { .. } => StatusCode::FORBIDDEN,
+        HandleError::UnknownHandle { .. } => StatusCode::NOT_FOUND,
+        HandleError::StaleHandle {
+            reason: StaleReason::WrongVersion,
+            ..
+        } => StatusCode::CONFLICT,
+        HandleError::StaleHandle { .. } => StatusCode::GONE,
+        HandleError::TimeLimitExceeded { .. } | HandleError::MaterialTooLarge { .. } => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+    }
+}
+
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
@@ -113,6 +143,7 @@ impl ResponseError for ApiError {
             ApiError::TooManyTurns { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RuntimeUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Handle(error) => handle_status(error),
         }
     }
 
@@ -131,6 +162,13 @@ impl ResponseError for ApiError {
                 response.insert_header((header::CONNECTION, HeaderValue::from_static("close")));
             }
             _ => {}
+        }
+        if let ApiError::Handle(error) = self {
+            let mut detail = serde_json::Map::new();
+            detail.insert("code".to_owned(), error.kind().into());
+            detail.insert("message".to_owned(), error.to_string().into());
+            detail.extend(error.fields());
+            return response.json(serde_json::json!({ "error": detail }));
         }
         let field = match self {
             ApiError::BadRequest { field, .. } => field.clone(),

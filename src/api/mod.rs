@@ -1,9 +1,10 @@
-//! The HTTP API (actix-web): `POST /v1/turns`, trace search, show and replay,
-//! `GET /healthz`, `GET /readyz`. Turns HTTP
+//! The HTTP API (actix-web): `POST /v1/turns`, trace search, show and replay, handle
+//! operations (`/v1/handles/…`), `GET /healthz`, `GET /readyz`. Turns HTTP
 //! into messages and errors into status codes — the only place that does — and holds no
 //! business rules.
 
 mod errors;
+mod handles;
 mod routes;
 mod traces;
 
@@ -42,6 +43,7 @@ pub fn server(
             .app_data(web::Data::new(coordinator))
             .configure(routes::configure)
             .configure(traces::configure)
+            .configure(handles::configure)
             .default_service(web::to(routes::not_found))
     })
     .workers(workers.max(1))

@@ -6,6 +6,7 @@ use super::{
     ConfigError, ConfigErrors, EnvVars, Problems, index_path, key_path, parse_toml,
     refuse_inline_secrets, section, unknown_keys,
 };
+use crate::handles::{HandleSettings, LimitSettings};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -29,7 +30,13 @@ const MAX_TURN_RANGE: (i64, i64) = (50, 60_000);
 const DEFAULT_MAX_IN_FLIGHT: i64 = 256;
 const MAX_IN_FLIGHT_RANGE: (i64, i64) = (1, 100_000);
 
-const TOP_KEYS: &[&str] = &["server", "trace", "metrics", "limits", "tenants"];
+const TOP_KEYS: &[&str] = &["server", "trace", "metrics", "limits", "handles", "tenants"];
+const MAX_HANDLE_TTL: Duration = Duration::from_secs(7 * 86_400);
+const HANDLE_TOTAL_BYTES_RANGE: (i64, i64) = (1024, 64 * 1024 * 1024 * 1024);
+const HANDLE_TOMBSTONES_RANGE: (i64, i64) = (0, 10_000_000);
+const HANDLE_RESULTS_CAP_RANGE: (i64, i64) = (1, 1_000_000);
+const HANDLE_BYTES_CAP_RANGE: (i64, i64) = (1, 64 * 1024 * 1024);
+const HANDLE_TIME_CAP_MS_RANGE: (i64, i64) = (1, 60_000);
 const SECRET_HINT: &str = "put the key in an environment variable and reference it by name (api_key_env, digest_key_env), or store api_key_sha256";
 
 /// A validated server config. Relative paths are joined to the config file's folder.
@@ -41,6 +48,8 @@ pub struct ServerConfig {
     pub trace: TraceSettings,
     pub metrics: MetricsSettings,
     pub limits: Limits,
+    /// `[handles]`: the handle store's TTL, byte cap and operation limits.
+    pub handles: HandleSettings,
     pub tenants: Vec<TenantConfig>,
 }
 
@@ -262,6 +271,20 @@ struct RawLimits {
     max_turn_ms: Option<i64>,
 }
 
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHandles {
+    ttl: Option<String>,
+    max_total_bytes: Option<i64>,
+    max_tombstones: Option<i64>,
+    default_max_results: Option<i64>,
+    max_results_cap: Option<i64>,
+    default_max_bytes: Option<i64>,
+    max_bytes_cap: Option<i64>,
+    default_time_limit_ms: Option<i64>,
+    time_limit_cap_ms: Option<i64>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTenant {
@@ -319,16 +342,21 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<ServerConfig, 
                 max_turn: Duration::from_millis(ms as u64),
             })
         });
+    let handles = optional_section::<RawHandles>(&mut problems, &mut table, "handles")
+        .and_then(|raw| check_handles(&mut problems, raw));
     let tenants = check_tenants(&mut problems, table.remove("tenants"), base_dir);
 
-    match (server, trace, metrics, limits) {
-        (Some(server), Some(trace), Some(metrics), Some(limits)) if problems.is_empty() => {
+    match (server, trace, metrics, limits, handles) {
+        (Some(server), Some(trace), Some(metrics), Some(limits), Some(handles))
+            if problems.is_empty() =>
+        {
             Ok(ServerConfig {
                 base_dir: base_dir.to_path_buf(),
                 server,
                 trace,
                 metrics,
                 limits,
+                handles,
                 tenants,
             })
         }
@@ -419,6 +447,122 @@ fn check_trace(problems: &mut Problems, raw: RawTrace, base_dir: &Path) -> Optio
         batch_size: batch_size? as usize,
         batch_delay: Duration::from_millis(batch_ms? as u64),
         backpressure_wait: Duration::from_millis(backpressure_ms? as u64),
+    })
+}
+
+/// `[handles]`: every default within its cap, every cap within its range. Defaults are
+/// those of [`HandleSettings::default`].
+fn check_handles(problems: &mut Problems, raw: RawHandles) -> Option<HandleSettings> {
+    let defaults = HandleSettings::default();
+    let before = problems.len();
+    let ttl = match &raw.ttl {
+        Some(text) => problems.duration("handles.ttl", text, false, MAX_HANDLE_TTL, "7d"),
+        None => Some(defaults.ttl),
+    };
+    let int = |problems: &mut Problems,
+               key: &str,
+               value: Option<i64>,
+               default: u64,
+               range: (i64, i64)| {
+        problems.int_in(
+            &format!("handles.{key}"),
+            value.unwrap_or(default as i64),
+            range.0..=range.1,
+        )
+    };
+    let limits = defaults.limits;
+    let max_total_bytes = int(
+        problems,
+        "max_total_bytes",
+        raw.max_total_bytes,
+        defaults.max_total_bytes as u64,
+        HANDLE_TOTAL_BYTES_RANGE,
+    );
+    let max_tombstones = int(
+        problems,
+        "max_tombstones",
+        raw.max_tombstones,
+        defaults.max_tombstones as u64,
+        HANDLE_TOMBSTONES_RANGE,
+    );
+    let results_cap = int(
+        problems,
+        "max_results_cap",
+        raw.max_results_cap,
+        limits.max_results_cap as u64,
+        HANDLE_RESULTS_CAP_RANGE,
+    );
+    let bytes_cap = int(
+        problems,
+        "max_bytes_cap",
+        raw.max_bytes_cap,
+        limits.max_bytes_cap as u64,
+        HANDLE_BYTES_CAP_RANGE,
+    );
+    let time_cap = int(
+        problems,
+        "time_limit_cap_ms",
+        raw.time_limit_cap_ms,
+        limits.time_limit_cap.as_millis() as u64,
+        HANDLE_TIME_CAP_MS_RANGE,
+    );
+    // A default above its cap would make every request without that limit refused.
+    let default_within = |problems: &mut Problems,
+                          key: &str,
+                          value: Option<i64>,
+                          default: u64,
+                          cap: Option<i64>,
+                          cap_key: &str| {
+        let value = value.unwrap_or(default as i64);
+        let cap = cap?;
+        if value < 1 || value > cap {
+            problems.add(
+                &format!("handles.{key}"),
+                format!("{value} is out of range: use 1..={cap} (at most handles.{cap_key})"),
+            );
+            return None;
+        }
+        Some(value)
+    };
+    let default_results = default_within(
+        problems,
+        "default_max_results",
+        raw.default_max_results,
+        limits.default_max_results as u64,
+        results_cap,
+        "max_results_cap",
+    );
+    let default_bytes = default_within(
+        problems,
+        "default_max_bytes",
+        raw.default_max_bytes,
+        limits.default_max_bytes as u64,
+        bytes_cap,
+        "max_bytes_cap",
+    );
+    let default_time = default_within(
+        problems,
+        "default_time_limit_ms",
+        raw.default_time_limit_ms,
+        limits.default_time_limit.as_millis() as u64,
+        time_cap,
+        "time_limit_cap_ms",
+    );
+    if problems.len() != before {
+        return None;
+    }
+    Some(HandleSettings {
+        ttl: ttl?,
+        max_total_bytes: max_total_bytes? as usize,
+        max_tombstones: max_tombstones? as usize,
+        limits: LimitSettings {
+            default_max_results: default_results? as usize,
+            max_results_cap: results_cap? as usize,
+            default_max_bytes: default_bytes? as usize,
+            max_bytes_cap: bytes_cap? as usize,
+            default_time_limit: Duration::from_millis(default_time? as u64),
+            time_limit_cap: Duration::from_millis(time_cap? as u64),
+        },
     })
 }
 
@@ -943,6 +1087,76 @@ mod tests {
             "max_in_flight = 0\n[[tenants.projects]]",
         );
         assert_problem(&per_tenant, "tenants[0].max_in_flight", "use 1..=100000");
+    }
+
+    #[test]
+    fn the_handles_section_has_defaults_and_checks_every_limit_against_its_cap() {
+        assert_eq!(
+            parse(&minimal()).unwrap().handles,
+            HandleSettings::default()
+        );
+        let text = format!(
+            "[handles]\nttl = \"15m\"\nmax_total_bytes = 268435456\nmax_tombstones = 5\n\
+             default_max_results = 10\nmax_results_cap = 20\ndefault_max_bytes = 100\n\
+             max_bytes_cap = 200\ndefault_time_limit_ms = 5\ntime_limit_cap_ms = 50\n{}",
+            minimal()
+        );
+        let handles = parse(&text).unwrap().handles;
+        assert_eq!(
+            handles,
+            HandleSettings {
+                ttl: Duration::from_secs(900),
+                max_total_bytes: 268_435_456,
+                max_tombstones: 5,
+                limits: LimitSettings {
+                    default_max_results: 10,
+                    max_results_cap: 20,
+                    default_max_bytes: 100,
+                    max_bytes_cap: 200,
+                    default_time_limit: Duration::from_millis(5),
+                    time_limit_cap: Duration::from_millis(50),
+                },
+            }
+        );
+        let cases: &[(&str, &str, &str)] = &[
+            ("ttl = \"soon\"", "handles.ttl", "not a duration"),
+            ("ttl = \"0s\"", "handles.ttl", "longer than zero"),
+            ("ttl = \"8d\"", "handles.ttl", "at most \"7d\""),
+            (
+                "max_total_bytes = 10",
+                "handles.max_total_bytes",
+                "out of range",
+            ),
+            (
+                "max_results_cap = 0",
+                "handles.max_results_cap",
+                "out of range",
+            ),
+            (
+                "default_max_results = 101\nmax_results_cap = 100",
+                "handles.default_max_results",
+                "at most handles.max_results_cap",
+            ),
+            (
+                "default_max_bytes = 2000000",
+                "handles.default_max_bytes",
+                "use 1..=1048576",
+            ),
+            (
+                "default_time_limit_ms = 0",
+                "handles.default_time_limit_ms",
+                "out of range",
+            ),
+            (
+                "time_limit_cap_ms = 60001",
+                "handles.time_limit_cap_ms",
+                "out of range",
+            ),
+            ("max_bytes = 5", "handles.max_bytes", "unknown field"),
+        ];
+        for (line, path, needle) in cases {
+            assert_problem(&format!("[handles]\n{line}\n{}", minimal()), path, needle);
+        }
     }
 
     #[test]

@@ -119,6 +119,9 @@ pub struct SelectionReport {
     pub fingerprint: String,
     pub bytes: usize,
     pub truncated: bool,
+    /// `{id, version}` when the item is kept behind a handle instead of rendered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<crate::handles::HandleRef>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,6 +147,8 @@ pub enum CutAction {
     Dropped,
     /// A whole layer section (heading and statements) left out.
     SectionDropped,
+    /// Kept whole behind a handle; a short reference is rendered instead.
+    Handle,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,6 +9,7 @@ use crate::contract::{
 };
 use crate::digest::{canonical_digest, sha256_tagged};
 use crate::gate::{LayerDecision, Plan, ProviderDecision};
+use crate::handles::HandleRef;
 use crate::project::{CurrentnessRule, LayerKind, Project};
 use serde::Serialize;
 
@@ -89,6 +90,10 @@ pub struct Selection {
     /// Content bytes rendered.
     pub bytes: usize,
     pub truncated: bool,
+    /// The handle the item is kept behind when it did not fit (a reference is rendered
+    /// instead of its content).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handle: Option<HandleRef>,
 }
 
 /// One budget cut.
@@ -115,14 +120,44 @@ pub struct BudgetUse {
     pub used_bytes: usize,
 }
 
+/// Where items that do not fit go when their layer offers handles.
+pub trait HandleSink {
+    /// Keeps `item` behind a handle and returns it; `None` declines (the item is then
+    /// truncated or dropped like any other).
+    fn offer(&mut self, layer: &str, provider: &str, item: &Item) -> Option<HandleRef>;
+}
+
+/// A sink that never keeps anything: handles are not offered.
+pub struct NoHandles;
+
+impl HandleSink for NoHandles {
+    fn offer(&mut self, _: &str, _: &str, _: &Item) -> Option<HandleRef> {
+        None
+    }
+}
+
 /// Assembles a turn. `outcomes[i]` answers `plan.invocations[i]`; `nonce` is the
 /// candidate fence nonce (replaced deterministically if any material contains it).
+/// Handles are not offered; see [`assemble_with_handles`].
 pub fn assemble(
     project: &Project,
     plan: &Plan,
     outcomes: &[Outcome],
     max_bytes: usize,
     nonce: &str,
+) -> TurnResult {
+    assemble_with_handles(project, plan, outcomes, max_bytes, nonce, &mut NoHandles)
+}
+
+/// Assembles a turn; items of layers with `handles: true` that do not fit are offered
+/// to `handles` and referenced in the text.
+pub fn assemble_with_handles(
+    project: &Project,
+    plan: &Plan,
+    outcomes: &[Outcome],
+    max_bytes: usize,
+    nonce: &str,
+    handles: &mut dyn HandleSink,
 ) -> TurnResult {
     assert_eq!(
         outcomes.len(),
@@ -169,7 +204,7 @@ pub fn assemble(
 
     let nonce = safe_nonce(project, plan, outcomes, nonce);
     let mut layout = Layout::build(project, &layers, &providers, &provider_outcome, &nonce);
-    let cuts = layout.fit(max_bytes);
+    let cuts = layout.fit(max_bytes, handles);
     let rendered = layout.render();
     let selections = layout.selections();
     TurnResult {
@@ -351,10 +386,12 @@ fn safe_nonce(project: &Project, plan: &Plan, outcomes: &[Outcome], candidate: &
 }
 
 /// How much of a material is rendered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Shown {
     Full,
     Truncated(usize),
+    /// Replaced by a reference to a handle (the reference text, ready to render).
+    Handle(HandleRef, String),
     Dropped,
 }
 
@@ -363,6 +400,10 @@ struct Material<'a> {
     section: usize,
     provider: Option<usize>,
     item: Option<(usize, &'a Item)>,
+    /// Labels of a provider item, for a handle reference.
+    label: Option<render::ItemLabel<'a>>,
+    /// The layer offers handles for material that does not fit.
+    handles: bool,
     fingerprint: String,
     prefix: String,
     content: &'a str,
@@ -375,26 +416,28 @@ impl Material<'_> {
         match self.shown {
             Shown::Full => self.content.len(),
             Shown::Truncated(n) => n,
-            Shown::Dropped => 0,
+            Shown::Handle(..) | Shown::Dropped => 0,
         }
     }
 
     fn rendered_len(&self) -> usize {
-        match self.shown {
+        match &self.shown {
             Shown::Dropped => 0,
+            Shown::Handle(_, reference) => reference.len(),
             Shown::Full => self.prefix.len() + self.content.len() + self.suffix.len(),
             Shown::Truncated(n) => {
                 self.prefix.len()
                     + n
-                    + render::truncation_marker(n, self.content.len()).len()
+                    + render::truncation_marker(*n, self.content.len()).len()
                     + self.suffix.len()
             }
         }
     }
 
     fn write(&self, out: &mut String) {
-        match self.shown {
+        match &self.shown {
             Shown::Dropped => {}
+            Shown::Handle(_, reference) => out.push_str(reference),
             Shown::Full => {
                 out.push_str(&self.prefix);
                 out.push_str(self.content);
@@ -402,8 +445,8 @@ impl Material<'_> {
             }
             Shown::Truncated(n) => {
                 out.push_str(&self.prefix);
-                out.push_str(&self.content[..n]);
-                out.push_str(&render::truncation_marker(n, self.content.len()));
+                out.push_str(&self.content[..*n]);
+                out.push_str(&render::truncation_marker(*n, self.content.len()));
                 out.push_str(&self.suffix);
             }
         }
@@ -421,6 +464,7 @@ struct Section {
 
 struct Layout<'a> {
     project: &'a Project,
+    nonce: String,
     notice: String,
     sections: Vec<Section>,
     materials: Vec<Material<'a>>,
@@ -458,6 +502,8 @@ impl<'a> Layout<'a> {
                     section,
                     provider: None,
                     item: None,
+                    label: None,
+                    handles: false,
                     fingerprint: digest.clone(),
                     prefix: String::new(),
                     content,
@@ -480,19 +526,20 @@ impl<'a> Layout<'a> {
                             }
                             let count = outcome.items.len();
                             for (i, item) in outcome.items.iter().enumerate() {
+                                let label = render::ItemLabel {
+                                    layer: &spec.id,
+                                    provider: provider_id,
+                                    position: (i + 1, count),
+                                    currentness: outcome.currentness,
+                                };
                                 materials.push(Material {
                                     section,
                                     provider: Some(p),
                                     item: Some((i + 1, item)),
+                                    label: Some(label),
+                                    handles: spec.handles,
                                     fingerprint: canonical_digest(item),
-                                    prefix: render::item_prefix(
-                                        nonce,
-                                        &spec.id,
-                                        provider_id,
-                                        (i + 1, count),
-                                        outcome.currentness,
-                                        item,
-                                    ),
+                                    prefix: render::item_prefix(nonce, &label, item),
                                     content: &item.content,
                                     suffix: render::item_suffix(nonce),
                                     shown: Shown::Full,
@@ -514,6 +561,7 @@ impl<'a> Layout<'a> {
         }
         Layout {
             project,
+            nonce: nonce.to_owned(),
             notice: render::data_notice(nonce),
             sections,
             materials,
@@ -559,7 +607,7 @@ impl<'a> Layout<'a> {
     }
 
     /// Cuts lowest-priority material first until the text fits `max_bytes`.
-    fn fit(&mut self, max_bytes: usize) -> Vec<Cut> {
+    fn fit(&mut self, max_bytes: usize, handles: &mut dyn HandleSink) -> Vec<Cut> {
         let mut cuts = Vec::new();
         loop {
             let total = self.total_len();
@@ -572,7 +620,7 @@ impl<'a> Layout<'a> {
                 .iter()
                 .rposition(|m| m.shown != Shown::Dropped && !self.sections[m.section].dropped)
             {
-                let cut = self.cut_material(m, over);
+                let cut = self.cut_material(m, over, handles);
                 cuts.push(cut);
             } else if let Some(s) = self.sections.iter().rposition(|s| !s.dropped) {
                 let before = self.section_len(s);
@@ -597,9 +645,22 @@ impl<'a> Layout<'a> {
         section.heading.len() + section.notes.len() + section.statements.len()
     }
 
-    fn cut_material(&mut self, m: usize, over: usize) -> Cut {
+    fn cut_material(&mut self, m: usize, over: usize, handles: &mut dyn HandleSink) -> Cut {
+        let nonce = &self.nonce;
         let material = &mut self.materials[m];
         let before = material.shown_bytes();
+        // In a layer that offers handles, an item that does not fit is kept whole behind a
+        // handle and referenced, instead of being truncated.
+        if material.handles
+            && material.shown == Shown::Full
+            && let (Some((_, item)), Some(label)) = (material.item, material.label)
+            && let Some(handle) = handles.offer(label.layer, label.provider, item)
+        {
+            let bytes = crate::digest::canonical_json_of(item).len();
+            let reference = render::handle_reference(nonce, &label, item, bytes, &handle);
+            material.shown = Shown::Handle(handle, reference);
+            return self.cut_record(m, CutAction::Handle, before, 0);
+        }
         let marker_now = match material.shown {
             Shown::Truncated(n) => render::truncation_marker(n, material.content.len()).len(),
             _ => 0,
@@ -609,7 +670,9 @@ impl<'a> Layout<'a> {
             render::truncation_marker(material.content.len(), material.content.len()).len();
         let target = (before + marker_now).checked_sub(over + marker_max);
         let (action, after) = match target {
-            Some(target) if target >= MIN_SHOWN_BYTES => {
+            Some(target)
+                if target >= MIN_SHOWN_BYTES && !matches!(material.shown, Shown::Handle(..)) =>
+            {
                 let cut_at = floor_char_boundary(material.content, target);
                 material.shown = Shown::Truncated(cut_at);
                 (CutAction::Truncated, cut_at)
@@ -619,6 +682,11 @@ impl<'a> Layout<'a> {
                 (CutAction::Dropped, 0)
             }
         };
+        self.cut_record(m, action, before, after)
+    }
+
+    fn cut_record(&self, m: usize, action: CutAction, before: usize, after: usize) -> Cut {
+        let material = &self.materials[m];
         Cut {
             layer: self.project.layers[self.sections[material.section].layer]
                 .id
@@ -672,6 +740,10 @@ impl<'a> Layout<'a> {
                 fingerprint: m.fingerprint.clone(),
                 bytes: m.shown_bytes(),
                 truncated: matches!(m.shown, Shown::Truncated(_)),
+                handle: match &m.shown {
+                    Shown::Handle(handle, _) => Some(handle.clone()),
+                    _ => None,
+                },
             })
             .collect()
     }

@@ -7,7 +7,10 @@ mod outcome;
 mod render;
 
 pub use crate::contract::CutAction;
-pub use assemble::{BudgetUse, Cut, LayerResult, ProviderResult, Selection, TurnResult, assemble};
+pub use assemble::{
+    BudgetUse, Cut, HandleSink, LayerResult, NoHandles, ProviderResult, Selection, TurnResult,
+    assemble, assemble_with_handles,
+};
 pub use outcome::Outcome;
 pub use render::{DATA_NOTICE_TITLE, UNKNOWN_FACTS, fence_nonce_from_seed, random_nonce};
 

@@ -4,6 +4,7 @@
 
 use crate::contract::{Currentness, Item};
 use crate::digest::sha256_hex;
+use crate::handles::HandleRef;
 use regex::Regex;
 use std::fmt::Write;
 use std::sync::LazyLock;
@@ -49,31 +50,70 @@ pub(super) fn layer_heading(name: &str, id: &str) -> String {
     format!("## {} [layer {id}]\n", single_line(name))
 }
 
-/// Opening fence and the item's labelled header lines; content follows.
-pub(super) fn item_prefix(
+/// Where an item sits, as its fence labels say.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ItemLabel<'a> {
+    pub layer: &'a str,
+    pub provider: &'a str,
+    pub position: (usize, usize),
+    pub currentness: Currentness,
+}
+
+/// The opening fence line with the item's labels, and its title line.
+fn fence_open(
+    out: &mut String,
     nonce: &str,
-    layer: &str,
-    provider: &str,
-    position: (usize, usize),
-    currentness: Currentness,
+    label: &ItemLabel<'_>,
     item: &Item,
-) -> String {
-    let mut out = String::with_capacity(160);
+    handle: Option<&HandleRef>,
+) {
     let updated = match item.updated_at.as_deref() {
         None => "none",
         Some(t) if SAFE_TIMESTAMP.is_match(t) => t,
         Some(_) => "unrecognized",
     };
-    let _ = writeln!(
+    let _ = write!(
         out,
-        "{FENCE_OPEN} nonce={nonce} layer={layer} provider={provider} item={}/{} currentness={} updatedAt={updated}>>>",
-        position.0,
-        position.1,
-        currentness.as_str()
+        "{FENCE_OPEN} nonce={nonce} layer={} provider={} item={}/{} currentness={} updatedAt={updated}",
+        label.layer,
+        label.provider,
+        label.position.0,
+        label.position.1,
+        label.currentness.as_str()
     );
+    if let Some(handle) = handle {
+        let _ = write!(out, " handle={} version={}", handle.id, handle.version);
+    }
+    out.push_str(">>>\n");
     if let Some(title) = &item.title {
         let _ = writeln!(out, "title: {}", single_line(title));
     }
+}
+
+/// A short reference to an item left out of the text but kept behind a handle: its
+/// labels, title and size — never its content.
+pub(super) fn handle_reference(
+    nonce: &str,
+    label: &ItemLabel<'_>,
+    item: &Item,
+    bytes: usize,
+    handle: &HandleRef,
+) -> String {
+    let mut out = String::with_capacity(256);
+    fence_open(&mut out, nonce, label, item, Some(handle));
+    let _ = writeln!(
+        out,
+        "[not shown: {bytes} bytes; read it through handle {} version {} with the handle operations]",
+        handle.id, handle.version
+    );
+    let _ = writeln!(out, "{FENCE_CLOSE} nonce={nonce}>>>");
+    out
+}
+
+/// Opening fence and the item's labelled header lines; content follows.
+pub(super) fn item_prefix(nonce: &str, label: &ItemLabel<'_>, item: &Item) -> String {
+    let mut out = String::with_capacity(160);
+    fence_open(&mut out, nonce, label, item, None);
     if !item.metadata.is_empty() {
         let metadata = serde_json::to_string(&item.metadata).expect("metadata serializes");
         let _ = writeln!(out, "metadata: {metadata}");

@@ -625,3 +625,140 @@ mod budget {
         }
     }
 }
+
+mod handles {
+    use super::*;
+    use crate::handles::HandleRef;
+    use crate::kernel::{HandleSink, assemble_with_handles};
+
+    /// Keeps every offered item, numbering handles; remembers what it was given.
+    #[derive(Default)]
+    struct Keeper {
+        kept: Vec<(String, String, Item)>,
+    }
+
+    impl HandleSink for Keeper {
+        fn offer(&mut self, layer: &str, provider: &str, item: &Item) -> Option<HandleRef> {
+            self.kept
+                .push((layer.to_owned(), provider.to_owned(), item.clone()));
+            Some(HandleRef {
+                id: format!("h_{:032x}", self.kept.len()),
+                version: 1,
+            })
+        }
+    }
+
+    fn handled_project() -> Project {
+        project(json!([
+            {"id": "policy", "name": "Policy", "content": "Refunds over 500 EUR need approval."},
+            {"id": "logs", "name": "Logs", "bindings": [{"provider": "crm"}], "handles": true},
+            {"id": "history", "name": "History", "bindings": [{"provider": "orders"}]}
+        ]))
+    }
+
+    fn run(
+        project: &Project,
+        outcomes: Vec<Outcome>,
+        max_bytes: usize,
+        sink: &mut dyn HandleSink,
+    ) -> TurnResult {
+        let inputs: BTreeMap<String, String> =
+            [("customerId".to_owned(), "CUST-1".to_owned())].into();
+        let request = GateRequest {
+            profile: project.profile("default").unwrap(),
+            objective: None,
+            consumer: None,
+            inputs: &inputs,
+        };
+        let plan = gate::plan(project, &request, &|_| true);
+        assemble_with_handles(project, &plan, &outcomes, max_bytes, NONCE, sink)
+    }
+
+    #[test]
+    fn an_item_that_does_not_fit_is_referenced_by_handle() {
+        let project = handled_project();
+        let big = item("LOG-1", &"line of a large log\n".repeat(500));
+        let mut keeper = Keeper::default();
+        let result = run(
+            &project,
+            vec![ok(vec![big.clone()]), ok(vec![])],
+            2_000,
+            &mut keeper,
+        );
+        let text = result.rendered.unwrap();
+        assert!(text.len() <= 2_000);
+        assert_eq!(keeper.kept.len(), 1);
+        assert_eq!(keeper.kept[0].2, big, "the full item is registered");
+        let id = format!("h_{:032x}", 1);
+        assert!(
+            text.contains(&format!("handle={id} version=1>>>\ntitle: Title LOG-1\n")),
+            "{text}"
+        );
+        assert!(text.contains(&format!(
+            "[not shown: {} bytes; read it through handle {id} version 1",
+            crate::digest::canonical_json_of(&big).len()
+        )));
+        assert!(!text.contains("line of a large log"), "no content rendered");
+        let selection = result
+            .selections
+            .iter()
+            .find(|s| s.layer == "logs")
+            .unwrap();
+        assert_eq!(
+            selection.handle.as_ref().map(|h| h.id.as_str()),
+            Some(id.as_str())
+        );
+        assert_eq!(selection.bytes, 0);
+        assert_eq!(result.cuts[0].action, CutAction::Handle);
+        assert_eq!(
+            text.matches(&format!("<<<end ctxd-data nonce={NONCE}>>>"))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn layers_without_the_option_still_truncate() {
+        let project = handled_project();
+        let mut keeper = Keeper::default();
+        let result = run(
+            &project,
+            vec![
+                ok(vec![item("L", "short")]),
+                ok(vec![item("O", &"order text ".repeat(300))]),
+            ],
+            2_000,
+            &mut keeper,
+        );
+        assert!(keeper.kept.is_empty());
+        assert_eq!(result.cuts[0].action, CutAction::Truncated);
+    }
+
+    #[test]
+    fn a_declined_offer_falls_back_to_truncation() {
+        let project = handled_project();
+        let result = run(
+            &project,
+            vec![ok(vec![item("LOG-1", &"x".repeat(5_000))]), ok(vec![])],
+            2_000,
+            &mut crate::kernel::NoHandles,
+        );
+        assert_eq!(result.cuts[0].action, CutAction::Truncated);
+        assert!(result.selections.iter().all(|s| s.handle.is_none()));
+    }
+
+    #[test]
+    fn a_reference_that_still_does_not_fit_is_dropped() {
+        let project = handled_project();
+        let mut keeper = Keeper::default();
+        let result = run(
+            &project,
+            vec![ok(vec![item("LOG-1", &"x".repeat(5_000))]), ok(vec![])],
+            300,
+            &mut keeper,
+        );
+        assert!(result.rendered.unwrap().len() <= 300);
+        let actions: Vec<_> = result.cuts.iter().map(|c| c.action).collect();
+        assert_eq!(actions[..2], [CutAction::Handle, CutAction::Dropped]);
+    }
+}

@@ -123,6 +123,8 @@ pub struct LayerSpec {
     /// `None`: any consumer. `Some(list)`: only those.
     pub consumers: Option<Vec<String>>,
     pub currentness: CurrentnessRule,
+    /// Items that do not fit are kept behind handles (bound layers only).
+    pub handles: bool,
 }
 
 #[derive(Debug, Clone)]

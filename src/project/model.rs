@@ -69,6 +69,9 @@ pub struct Layer {
     pub scope: Option<Scope>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub currentness: Option<CurrentnessRule>,
+    /// Items that do not fit the budget are kept behind handles and referenced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handles: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -131,6 +131,12 @@ fn each_problem_names_its_path() {
             "only to layers with bindings",
         ),
         (
+            "handles on a static layer",
+            with(minimal(), "/layers/0/handles", json!(true)),
+            "$.layers[0].handles",
+            "handles apply only to layers with bindings",
+        ),
+        (
             "unknown currentness",
             with(minimal(), "/layers/1/currentness", json!("sometimes")),
             "$.layers[1].currentness",

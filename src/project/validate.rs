@@ -217,6 +217,9 @@ fn validate_layers(
                 "currentness applies only to layers with bindings",
             );
         }
+        if matches!(kind, LayerKind::Static { .. }) && layer.handles.is_some() {
+            problems.add(&at("handles"), "handles apply only to layers with bindings");
+        }
         let requires_input = layer.requires_input.clone().unwrap_or_default();
         for (k, key) in requires_input.iter().enumerate() {
             problems.check_input_key(&at(&format!("requiresInput[{k}]")), key);
@@ -247,6 +250,7 @@ fn validate_layers(
             objectives: scope.objectives,
             consumers: scope.consumers,
             currentness: layer.currentness.unwrap_or_default(),
+            handles: layer.handles.unwrap_or(false),
         });
     }
     specs
@@ -449,6 +453,7 @@ fn normalize(doc: &mut ProjectDoc) {
         layer.required.get_or_insert(false);
         if layer.bindings.is_some() {
             layer.currentness.get_or_insert(CurrentnessRule::Preferred);
+            layer.handles.get_or_insert(false);
         }
     }
     doc.budget.get_or_insert(super::Budget {

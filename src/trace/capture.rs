@@ -211,6 +211,7 @@ pub fn capture<'s>(
             fingerprint: (!hide(&s.provider)).then(|| s.fingerprint.clone()),
             bytes: s.bytes,
             truncated: s.truncated,
+            handle: s.handle.clone(),
         })
         .collect();
     let cuts = result

@@ -300,6 +300,64 @@ pub(crate) fn matching_seqs(
     Ok((seqs, next_cursor))
 }
 
+/// Most handle operation records a page lists; larger limits are clamped (callers
+/// validate first).
+pub const MAX_HANDLE_OPERATIONS: usize = 1000;
+/// The page size of a handle's operations when a caller does not choose one.
+pub const DEFAULT_HANDLE_OPERATIONS: usize = 100;
+
+/// One handle's operations after a sequence number, in sequence order: a range scan of
+/// the primary key `(tenant, handle_id, sequence)`.
+const HANDLE_OPERATIONS: &str = "SELECT sequence, record FROM handle_operations
+    WHERE tenant = ?1 AND handle_id = ?2 AND sequence > ?3
+    ORDER BY sequence LIMIT ?4";
+
+/// One page of a handle's operation records (JSON), in sequence order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandleOperationsPage<T> {
+    pub operations: Vec<T>,
+    /// The sequence to pass as `after` for the next page, when more follow.
+    pub next_after: Option<u64>,
+}
+
+/// The operation records of `handle` for `tenant` with a sequence above `after`, at most
+/// `limit` (clamped to 1..=[`MAX_HANDLE_OPERATIONS`]). Another tenant's handle has none.
+pub(crate) fn handle_operations(
+    conn: &Connection,
+    path: &Path,
+    tenant: &str,
+    handle: &str,
+    after: u64,
+    limit: usize,
+) -> Result<HandleOperationsPage<String>, StoreError> {
+    let limit = limit.clamp(1, MAX_HANDLE_OPERATIONS);
+    let error = |source| StoreError::Sqlite {
+        path: path.to_path_buf(),
+        action: "list handle operations",
+        source,
+    };
+    let after = i64::try_from(after).unwrap_or(i64::MAX);
+    let mut statement = conn.prepare_cached(HANDLE_OPERATIONS).map_err(error)?;
+    // One more than the page: whether it exists decides `next_after`.
+    let mut rows = statement
+        .query_map(
+            rusqlite::params![tenant, handle, after, (limit + 1) as i64],
+            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
+        )
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .map_err(error)?;
+    let next_after = if rows.len() > limit {
+        rows.truncate(limit);
+        rows.last().map(|(sequence, _)| *sequence as u64)
+    } else {
+        None
+    };
+    Ok(HandleOperationsPage {
+        operations: rows.into_iter().map(|(_, record)| record).collect(),
+        next_after,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

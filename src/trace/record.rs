@@ -92,6 +92,9 @@ pub struct SelectionRecord {
     pub fingerprint: Option<String>,
     pub bytes: usize,
     pub truncated: bool,
+    /// The handle the item was kept behind instead of being rendered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<crate::handles::HandleRef>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -30,6 +30,29 @@ use std::collections::{BTreeMap, HashMap};
 /// was not retained, has expired, or no longer matches its fingerprint.
 pub const LIVE_DEPENDENCY_UNAVAILABLE: &str = "LIVE_DEPENDENCY_UNAVAILABLE";
 
+/// Hands back, for an item that did not fit, the handle the original turn kept it
+/// behind (matched by its keyed locator). No handle is registered by a replay.
+struct RecordedHandles<'a> {
+    turn: &'a TurnRecord,
+    key: &'a DigestKey,
+}
+
+impl kernel::HandleSink for RecordedHandles<'_> {
+    fn offer(
+        &mut self,
+        layer: &str,
+        provider: &str,
+        item: &Item,
+    ) -> Option<crate::handles::HandleRef> {
+        let locator = self.key.locator(provider, &item.id);
+        self.turn
+            .selections
+            .iter()
+            .find(|s| s.layer == layer && s.locator.as_deref() == Some(locator.as_str()))
+            .and_then(|s| s.handle.clone())
+    }
+}
+
 /// How one provider of the turn was replayed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -218,12 +241,16 @@ pub fn replay(
         outcomes.push(outcome);
     }
 
-    let result = kernel::assemble(
+    // Items kept behind handles get the handles the turn recorded, so the replayed
+    // references — and the rendered digest — are the original ones.
+    let mut handles = RecordedHandles { turn, key };
+    let result = kernel::assemble_with_handles(
         project,
         &plan,
         &outcomes,
         turn.budget_max_bytes,
         &turn.nonce,
+        &mut handles,
     );
 
     let providers = result

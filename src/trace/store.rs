@@ -27,6 +27,7 @@
 //! | `provider_records` | one per provider record, with its JSON | `(turn_seq)`, `(tenant, provider, status, turn_seq)`, `(tenant, status, turn_seq)` |
 //! | `retained_content` | one per tenant and fingerprint: nonce ‖ ciphertext | primary key `(tenant, fingerprint)`, `(expires_at_ms)` |
 //! | `builds` | one per build digest | primary key `digest` |
+//! | `handle_operations` | one per operation on a handle (v2): filter columns + the record JSON | primary key `(tenant, handle_id, sequence)` |
 //! | `schema_version` | one per applied migration | primary key `version` |
 //!
 //! Why these indexes: a search walks exactly one of them newest first (see
@@ -48,6 +49,7 @@ pub use super::query::{SearchPage, SearchQuery};
 use super::record::{ProviderRecord, TurnRecord, TurnTrace};
 use crate::contract::Item;
 use crate::digest::{canonical_digest, canonical_json_of};
+use crate::handles::HandleOpRecord;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
@@ -120,6 +122,16 @@ const MIGRATIONS: &[&str] = &[
         digest TEXT PRIMARY KEY,
         build TEXT NOT NULL
     );",
+    // 2: handle operation records. The key is also the listing order of one handle's
+    // operations, so `GET /v1/handles/{id}/trace` is one range scan.
+    "CREATE TABLE handle_operations (
+        tenant TEXT NOT NULL,
+        handle_id TEXT NOT NULL,
+        sequence INTEGER NOT NULL,
+        at_ms INTEGER NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (tenant, handle_id, sequence)
+    );",
 ];
 
 const INSERT_TURN: &str = "INSERT INTO turns (turn_id, tenant, project, build_digest, blocked, rendered_digest, started_at_ms, duration_ms, record)
@@ -136,6 +148,10 @@ const UPSERT_RETAINED: &str =
     WHERE excluded.expires_at_ms > retained_content.expires_at_ms";
 const INSERT_BUILD: &str =
     "INSERT INTO builds (digest, build) VALUES (?1, ?2) ON CONFLICT (digest) DO NOTHING";
+/// A retried batch never duplicates: `(tenant, handle, sequence)` is written once.
+const INSERT_HANDLE_OPERATION: &str =
+    "INSERT INTO handle_operations (tenant, handle_id, sequence, at_ms, record)
+    VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (tenant, handle_id, sequence) DO NOTHING";
 const PURGE_EXPIRED: &str = "DELETE FROM retained_content WHERE expires_at_ms <= ?1";
 const SELECT_TURN_BY_ID: &str = "SELECT seq, tenant, record FROM turns WHERE turn_id = ?1";
 const SELECT_TURN_BY_SEQ: &str = "SELECT record FROM turns WHERE seq = ?1";
@@ -275,6 +291,40 @@ pub struct Written {
     /// Turns written (a turn id already in the store is skipped, not an error).
     pub turns: u64,
     pub provider_records: u64,
+    /// Handle operation records written (one already in the store is skipped).
+    pub handle_operations: u64,
+}
+
+/// One entry of the trace writer's queue: a turn's rows or one handle operation.
+/// Boxed, so the queue's slots stay small whatever a turn holds.
+#[derive(Debug, Clone)]
+pub enum Queued {
+    Turn(Box<TraceRows>),
+    HandleOperation(Box<HandleOperationRow>),
+}
+
+/// A handle operation record, serialized off the writer thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandleOperationRow {
+    pub tenant: String,
+    pub handle_id: String,
+    pub sequence: i64,
+    pub at_ms: i64,
+    /// The record as JSON.
+    pub record: String,
+}
+
+impl HandleOperationRow {
+    pub fn encode(record: &HandleOpRecord) -> HandleOperationRow {
+        HandleOperationRow {
+            tenant: record.tenant.clone(),
+            handle_id: record.handle.clone(),
+            sequence: i64::try_from(record.sequence).unwrap_or(i64::MAX),
+            at_ms: record.at_ms,
+            record: serde_json::to_string(record)
+                .expect("a handle operation record always serializes"),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -564,6 +614,28 @@ impl TraceStore {
     /// Writes encoded rows in one `BEGIN IMMEDIATE` transaction. A turn id already in
     /// the store is skipped with its rows, so a retried batch never duplicates.
     pub fn write_rows(&mut self, batch: &[TraceRows]) -> Result<Written, StoreError> {
+        let turns: Vec<&TraceRows> = batch.iter().collect();
+        self.write_all(&turns, &[])
+    }
+
+    /// Writes a writer batch — turns and handle operations — in one transaction.
+    pub fn write_queued(&mut self, batch: &[Queued]) -> Result<Written, StoreError> {
+        let mut turns = Vec::with_capacity(batch.len());
+        let mut operations = Vec::new();
+        for queued in batch {
+            match queued {
+                Queued::Turn(rows) => turns.push(&**rows),
+                Queued::HandleOperation(row) => operations.push(&**row),
+            }
+        }
+        self.write_all(&turns, &operations)
+    }
+
+    fn write_all(
+        &mut self,
+        batch: &[&TraceRows],
+        operations: &[&HandleOperationRow],
+    ) -> Result<Written, StoreError> {
         let path = self.path.clone();
         let mut written = Written::default();
         let mut new_builds = Vec::new();
@@ -577,11 +649,24 @@ impl TraceStore {
                     .map_err(sqlite(&path, "prepare a write"))
             };
             let mut insert_turn = prepare(INSERT_TURN)?;
+            let mut insert_operation = prepare(INSERT_HANDLE_OPERATION)?;
             let mut insert_layer = prepare(INSERT_LAYER)?;
             let mut insert_provider = prepare(INSERT_PROVIDER)?;
             let mut upsert_retained = prepare(UPSERT_RETAINED)?;
             let mut insert_build = prepare(INSERT_BUILD)?;
-            for rows in batch {
+            for row in operations {
+                written.handle_operations += insert_operation
+                    .execute(params![
+                        row.tenant,
+                        row.handle_id,
+                        row.sequence,
+                        row.at_ms,
+                        row.record
+                    ])
+                    .map_err(sqlite(&path, "insert a handle operation"))?
+                    as u64;
+            }
+            for &rows in batch {
                 let turn = &rows.turn;
                 let inserted = insert_turn
                     .execute(params![
@@ -970,6 +1055,27 @@ impl TraceReader {
         Ok(found)
     }
 
+    /// One page of a handle's operation records for `tenant`, in sequence order, after
+    /// sequence `after` (0 for the first page). Another tenant's handle has none.
+    pub fn handle_operations(
+        &self,
+        tenant: &str,
+        handle: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<query::HandleOperationsPage<HandleOpRecord>, StoreError> {
+        let page = query::handle_operations(&self.conn, &self.path, tenant, handle, after, limit)?;
+        let operations = page
+            .operations
+            .iter()
+            .map(|record| self.parse(record, || "a handle operation record".to_owned()))
+            .collect::<Result<_, _>>()?;
+        Ok(query::HandleOperationsPage {
+            operations,
+            next_after: page.next_after,
+        })
+    }
+
     /// The Build JSON recorded for a build digest.
     pub fn build(&self, digest: &str) -> Result<Option<String>, StoreError> {
         self.conn
@@ -1121,6 +1227,7 @@ pub(crate) mod testing {
                     fingerprint: Some(item.fingerprint.clone()),
                     bytes: item.bytes,
                     truncated: false,
+                    handle: None,
                 });
             }
             let refs: Vec<&str> = fingerprints.iter().map(String::as_str).collect();
@@ -1402,7 +1509,8 @@ mod tests {
             written,
             Written {
                 turns: 1,
-                provider_records: 1
+                provider_records: 1,
+                handle_operations: 0,
             }
         );
         assert_eq!(store.write_rows(&[rows]).unwrap(), Written::default());
@@ -1818,5 +1926,118 @@ mod tests {
         assert!(error.is_busy(), "{error}");
         blocker.execute_batch("ROLLBACK").unwrap();
         other.write_batch(&[simple("turn-1", "acme", &[])]).unwrap();
+    }
+
+    fn operation(tenant: &str, handle: &str, sequence: u64, result: &str) -> HandleOpRecord {
+        let mut record = HandleOpRecord::new(
+            tenant,
+            handle,
+            1,
+            sequence,
+            "search",
+            UNIX_EPOCH + Duration::from_millis(1_764_500_000_000 + sequence),
+        );
+        record.result = result.to_owned();
+        record.bytes_inspected = 100 * sequence;
+        record
+    }
+
+    #[test]
+    fn handle_operations_are_listed_per_tenant_in_sequence_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, path) = store_in(dir.path());
+        let handle = format!("h_{}", "a".repeat(32));
+        let other = format!("h_{}", "b".repeat(32));
+        let queued: Vec<Queued> = [
+            operation("acme", &handle, 2, "ok"),
+            operation("acme", &handle, 1, "ok"),
+            operation("acme", &other, 1, "ok"),
+            operation("globex", &handle, 1, "stale_handle"),
+            operation("acme", &handle, 3, "time_limit_exceeded"),
+        ]
+        .iter()
+        .map(|record| Queued::HandleOperation(Box::new(HandleOperationRow::encode(record))))
+        .chain([Queued::Turn(Box::new(store.encoder.encode(&simple(
+            "turn-1",
+            "acme",
+            &[],
+        ))))])
+        .collect();
+        let written = store.write_queued(&queued).unwrap();
+        assert_eq!((written.turns, written.handle_operations), (1, 5));
+        // A retried batch never duplicates.
+        assert_eq!(store.write_queued(&queued).unwrap(), Written::default());
+
+        let reader = TraceReader::open(&path, None).unwrap();
+        let page = reader.handle_operations("acme", &handle, 0, 10).unwrap();
+        let sequences: Vec<u64> = page.operations.iter().map(|r| r.sequence).collect();
+        assert_eq!(sequences, [1, 2, 3]);
+        assert_eq!(page.operations[2].result, "time_limit_exceeded");
+        assert_eq!(page.operations[0], operation("acme", &handle, 1, "ok"));
+        assert_eq!(page.next_after, None);
+        let first = reader.handle_operations("acme", &handle, 0, 2).unwrap();
+        assert_eq!(first.operations.len(), 2);
+        assert_eq!(first.next_after, Some(2));
+        let rest = reader.handle_operations("acme", &handle, 2, 2).unwrap();
+        assert_eq!(rest.operations.len(), 1);
+        assert_eq!(rest.next_after, None);
+        let globex = reader.handle_operations("globex", &handle, 0, 10).unwrap();
+        assert_eq!(globex.operations.len(), 1, "scoped to the tenant");
+        assert!(
+            reader
+                .handle_operations("globex", &other, 0, 10)
+                .unwrap()
+                .operations
+                .is_empty()
+        );
+        let plan = plan_of(
+            reader.connection(),
+            "SELECT sequence, record FROM handle_operations WHERE tenant = 'a' AND handle_id = 'h' AND sequence > 0 ORDER BY sequence LIMIT 5",
+        );
+        assert!(
+            plan.iter()
+                .any(|line| line.contains("sqlite_autoindex_handle_operations")),
+            "{plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|line| line.contains("TEMP B-TREE")),
+            "{plan:?}"
+        );
+    }
+
+    #[test]
+    fn a_version_1_store_is_migrated_to_handle_operations() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, path) = store_in(dir.path());
+        store
+            .write_batch(&[simple("turn-1", "acme", &[("orders", ProviderStatus::Ok)])])
+            .unwrap();
+        // Back to what a version-1 ctxd wrote.
+        store
+            .connection()
+            .execute_batch(
+                "DROP TABLE handle_operations; DELETE FROM schema_version WHERE version = 2",
+            )
+            .unwrap();
+        drop(store);
+        assert!(matches!(
+            TraceReader::open(&path, None).unwrap_err(),
+            StoreError::TooOld { found: 1, .. }
+        ));
+        let mut store = TraceStore::open(&path, &key()).unwrap();
+        let row = HandleOperationRow::encode(&operation("acme", "h_x", 1, "ok"));
+        store
+            .write_queued(&[Queued::HandleOperation(Box::new(row))])
+            .unwrap();
+        let reader = TraceReader::open(&path, None).unwrap();
+        assert_eq!(reader.counts().unwrap().turns, 1, "version-1 rows are kept");
+        assert_eq!(
+            reader
+                .handle_operations("acme", "h_x", 0, 10)
+                .unwrap()
+                .operations
+                .len(),
+            1
+        );
     }
 }

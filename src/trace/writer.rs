@@ -8,9 +8,11 @@
 //!   [`TraceSender::enqueue`] serializes and seals a trace on the caller's thread (so the
 //!   single writer thread only runs SQL), then `try_send`s it; while the queue is full
 //!   it retries with short async sleeps until `wait` has passed and then returns
-//!   [`Backpressure`]: the turn is answered 503, never silently untraced. Flush and
-//!   shutdown go through a separate unbounded control channel, so they are heard even
-//!   while the queue is full.
+//!   [`Backpressure`]: the turn is answered 503, never silently untraced. Handle
+//!   operation records ([`TraceSender::enqueue_handle_operation`]) share the queue, the
+//!   batches and these rules: an operation whose record cannot be queued is answered
+//!   503 too. Flush and shutdown go through a separate unbounded control channel, so
+//!   they are heard even while the queue is full.
 //! - **Batching.** A batch commits, in one transaction, when it holds `batch_size`
 //!   traces or when its oldest trace has waited `batch_delay`, whichever comes first.
 //!   At start and every `purge_interval` the writer deletes retained content past its
@@ -33,7 +35,8 @@
 
 use super::DigestKey;
 use super::record::TurnTrace;
-use super::store::{RowEncoder, StoreError, TraceRows, TraceStore, Written};
+use super::store::{HandleOperationRow, Queued, RowEncoder, StoreError, TraceStore, Written};
+use crate::handles::HandleOpRecord;
 use crossbeam_channel::{
     Receiver, RecvTimeoutError, Sender, TrySendError, bounded, select, unbounded,
 };
@@ -98,6 +101,8 @@ pub struct WriterStats {
     pub records: u64,
     /// Turns committed.
     pub turns: u64,
+    /// Handle operation records committed.
+    pub handle_operations: u64,
     /// Failed commit attempts (each retry counts).
     pub write_errors: u64,
     /// Retained items purged after their expiry.
@@ -112,6 +117,7 @@ struct Shared {
     batches: AtomicU64,
     records: AtomicU64,
     turns: AtomicU64,
+    handle_operations: AtomicU64,
     write_errors: AtomicU64,
     purged: AtomicU64,
     last_batch_micros: AtomicU64,
@@ -128,6 +134,7 @@ impl Shared {
             batches: self.batches.load(Ordering::Relaxed),
             records: self.records.load(Ordering::Relaxed),
             turns: self.turns.load(Ordering::Relaxed),
+            handle_operations: self.handle_operations.load(Ordering::Relaxed),
             write_errors: self.write_errors.load(Ordering::Relaxed),
             purged: self.purged.load(Ordering::Relaxed),
             last_batch: Duration::from_micros(self.last_batch_micros.load(Ordering::Relaxed)),
@@ -137,6 +144,8 @@ impl Shared {
     fn committed(&self, written: Written, took: Duration) {
         self.batches.fetch_add(1, Ordering::Relaxed);
         self.turns.fetch_add(written.turns, Ordering::Relaxed);
+        self.handle_operations
+            .fetch_add(written.handle_operations, Ordering::Relaxed);
         self.records
             .fetch_add(written.turns + written.provider_records, Ordering::Relaxed);
         self.last_batch_micros
@@ -196,7 +205,7 @@ pub fn spawn(
 /// The writer's mailbox, for turn coordinators. Cheap to clone.
 #[derive(Clone)]
 pub struct TraceSender {
-    queue_tx: Sender<Box<TraceRows>>,
+    queue_tx: Sender<Queued>,
     encoder: Arc<RowEncoder>,
     shared: Arc<Shared>,
 }
@@ -210,7 +219,7 @@ impl std::fmt::Debug for TraceSender {
 }
 
 enum SendFailure {
-    Full(Box<TraceRows>),
+    Full(Queued),
     Stopped,
 }
 
@@ -220,8 +229,30 @@ impl TraceSender {
     /// passed; then `Err(Backpressure)` — the caller answers 503. Never a silent drop.
     pub async fn enqueue(&self, trace: TurnTrace, wait: Duration) -> Result<(), Backpressure> {
         let started = Instant::now();
-        let mut rows = Box::new(self.encoder.encode(&trace));
+        let rows = Queued::Turn(Box::new(self.encoder.encode(&trace)));
         drop(trace);
+        self.send_within(rows, started, wait).await
+    }
+
+    /// Queues one handle operation record, under the same rules as [`Self::enqueue`]:
+    /// never blocks the thread, `Err(Backpressure)` after `wait` (the caller answers
+    /// 503).
+    pub async fn enqueue_handle_operation(
+        &self,
+        record: &HandleOpRecord,
+        wait: Duration,
+    ) -> Result<(), Backpressure> {
+        let started = Instant::now();
+        let row = Queued::HandleOperation(Box::new(HandleOperationRow::encode(record)));
+        self.send_within(row, started, wait).await
+    }
+
+    async fn send_within(
+        &self,
+        mut rows: Queued,
+        started: Instant,
+        wait: Duration,
+    ) -> Result<(), Backpressure> {
         let mut pause = FIRST_PAUSE;
         loop {
             match self.try_send(rows) {
@@ -240,7 +271,7 @@ impl TraceSender {
         }
     }
 
-    fn try_send(&self, rows: Box<TraceRows>) -> Result<(), SendFailure> {
+    fn try_send(&self, rows: Queued) -> Result<(), SendFailure> {
         self.shared.sending.fetch_add(1, Ordering::SeqCst);
         let result = if self.shared.closed.load(Ordering::SeqCst) {
             Err(SendFailure::Stopped)
@@ -323,7 +354,7 @@ struct Writer {
     store: TraceStore,
     shared: Arc<Shared>,
     settings: WriterSettings,
-    batch: Vec<TraceRows>,
+    batch: Vec<Queued>,
     /// When the oldest trace in `batch` must be committed.
     batch_deadline: Option<Instant>,
     next_purge: Instant,
@@ -332,7 +363,7 @@ struct Writer {
 impl Writer {
     fn run(
         mut self,
-        queue_rx: &Receiver<Box<TraceRows>>,
+        queue_rx: &Receiver<Queued>,
         control_rx: &Receiver<Control>,
     ) -> Result<WriterStats, StoreError> {
         let never = crossbeam_channel::never();
@@ -346,11 +377,11 @@ impl Writer {
             select! {
                 recv(queue) -> message => match message {
                     Ok(rows) => {
-                        self.push(*rows);
+                        self.push(rows);
                         // Take what is already queued, up to a full batch.
                         while self.batch.len() < self.settings.batch_size {
                             match queue_rx.try_recv() {
-                                Ok(rows) => self.push(*rows),
+                                Ok(rows) => self.push(rows),
                                 Err(_) => break,
                             }
                         }
@@ -369,7 +400,7 @@ impl Writer {
                         // now; later traces may wait for their own batch.
                         for _ in 0..queue_rx.len() {
                             let Ok(rows) = queue_rx.try_recv() else { break };
-                            self.push(*rows);
+                            self.push(rows);
                             if self.batch.len() >= self.settings.batch_size
                                 && let Step::Stop = self.commit(Vec::new(), control_rx)
                             {
@@ -397,7 +428,7 @@ impl Writer {
         }
     }
 
-    fn push(&mut self, rows: TraceRows) {
+    fn push(&mut self, rows: Queued) {
         if self.batch.is_empty() {
             self.batch_deadline = Some(later(Instant::now(), self.settings.batch_delay));
         }
@@ -420,7 +451,7 @@ impl Writer {
                 return Step::Continue;
             }
             let started = Instant::now();
-            match self.store.write_rows(&self.batch) {
+            match self.store.write_queued(&self.batch) {
                 Ok(written) => {
                     self.shared.committed(written, started.elapsed());
                     if attempts > 0 {
@@ -473,13 +504,13 @@ impl Writer {
 
     /// The final drain: refuse new traces, wait out in-flight `enqueue`s, commit
     /// everything queued in batches, each tried [`SHUTDOWN_ATTEMPTS`] times.
-    fn finish(mut self, queue_rx: &Receiver<Box<TraceRows>>) -> Result<WriterStats, StoreError> {
+    fn finish(mut self, queue_rx: &Receiver<Queued>) -> Result<WriterStats, StoreError> {
         self.shared.closed.store(true, Ordering::SeqCst);
         while self.shared.sending.load(Ordering::SeqCst) != 0 {
             std::thread::yield_now();
         }
         let mut pending = std::mem::take(&mut self.batch);
-        pending.extend(queue_rx.try_iter().map(|rows| *rows));
+        pending.extend(queue_rx.try_iter());
         let mut done = 0;
         while done < pending.len() {
             let end = (done + self.settings.batch_size).min(pending.len());
@@ -487,7 +518,7 @@ impl Writer {
             let mut attempts = 0;
             loop {
                 let started = Instant::now();
-                match self.store.write_rows(chunk) {
+                match self.store.write_queued(chunk) {
                     Ok(written) => {
                         self.shared.committed(written, started.elapsed());
                         break;
@@ -841,6 +872,51 @@ mod tests {
         assert_eq!(counts(&path).retained_items, 0);
         assert_eq!(counts(&path).turns, 1);
         handle.shutdown().unwrap();
+    }
+
+    fn handle_operation(sequence: u64) -> HandleOpRecord {
+        HandleOpRecord::new(
+            "acme",
+            "h_0123456789abcdef0123456789abcdef",
+            1,
+            sequence,
+            "peek",
+            UNIX_EPOCH,
+        )
+    }
+
+    #[test]
+    fn handle_operations_share_the_queue_batches_and_backpressure() {
+        let (_dir, path) = temp_store();
+        let (sender, handle) = spawn(&path, &key(), settings(1, 1, LONG)).unwrap();
+        let enqueue_op = |sequence, wait| {
+            runtime().block_on(sender.enqueue_handle_operation(&handle_operation(sequence), wait))
+        };
+        // Another connection holds the write lock: the writer's first commit waits.
+        let blocker = Connection::open(&path).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        enqueue_op(1, PATIENT).unwrap();
+        // Accepted once the writer has taken operation 1 and is stuck on it.
+        enqueue_ok(&sender, 0..1);
+        assert_eq!(sender.queue_depth(), 1);
+        let refused = enqueue_op(2, Duration::from_millis(30));
+        assert!(
+            matches!(refused, Err(Backpressure::Full { waited }) if waited >= Duration::from_millis(30)),
+            "{refused:?}"
+        );
+        blocker.execute_batch("ROLLBACK").unwrap();
+        enqueue_op(3, PATIENT).unwrap();
+        handle.flush().unwrap();
+        let stats = handle.shutdown().unwrap();
+        assert_eq!((stats.turns, stats.handle_operations), (1, 2));
+        let reader = TraceReader::open(&path, None).unwrap();
+        let page = reader
+            .handle_operations("acme", "h_0123456789abcdef0123456789abcdef", 0, 1000)
+            .unwrap();
+        let sequences: Vec<u64> = page.operations.iter().map(|r| r.sequence).collect();
+        assert_eq!(sequences, [1, 3], "the refused record was never queued");
+        assert_eq!(page.operations[0], handle_operation(1));
+        assert_eq!(enqueue_op(4, PATIENT), Err(Backpressure::Stopped));
     }
 
     #[test]

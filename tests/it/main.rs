@@ -4,6 +4,7 @@ mod cli_build;
 mod cli_preview;
 mod cli_test;
 mod cli_validate;
+mod handles;
 mod http_provider;
 mod metrics;
 mod provenance;

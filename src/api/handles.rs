@@ -1,0 +1,454 @@
+//! Handle routes, scoped to the caller's tenant like traces: bounded operations on a
+//! handle, its deletion, its operation trace, and the store's declared capabilities.
+//!
+//! - `POST /v1/handles/{id}/ops` — one operation (`docs/HANDLES.md` has the JSON).
+//!   The id's shape is checked first (`invalid_handle`), then the handle (unknown or
+//!   stale), then the request; the operation itself runs on the blocking pool, bounded
+//!   by its time limit, never on the worker's thread.
+//! - `DELETE /v1/handles/{id}` — leaves a tombstone; deleting twice is `stale_handle`.
+//! - `GET /v1/handles/{id}/trace?after=&limit=` — the handle's operation records in
+//!   sequence order, from the trace store (visible once the writer commits its batch).
+//! - `GET /v1/handles/capabilities` — `filesystem: false, network: false`, the
+//!   operations, functions and limits.
+//!
+//! Every attempt on a handle the tenant holds (live or tombstoned) — successful or
+//! not — gets the handle's next sequence number and a trace record, queued like a
+//! turn's: if the queue stays full the answer is 503, never an untraced result. An id
+//! that resolves to nothing of the tenant's is only counted in the metric: there is no
+//! per-handle sequence to give it, and recording caller-chosen ids would let anyone
+//! fill the store.
+
+use super::routes::{authenticate, read_body};
+use super::{ApiError, ApiState};
+use crate::actors::Registry;
+use crate::handles::ops::{self, Execution, Inspected, OpOutput};
+use crate::handles::record::RecordLimits;
+use crate::handles::request;
+use crate::handles::{
+    HandleError, HandleOpRecord, HandleOperationFinished, HandleRef, SystemClock, is_valid_id,
+};
+use crate::trace::query::{DEFAULT_HANDLE_OPERATIONS, MAX_HANDLE_OPERATIONS};
+use crate::trace::store::TraceReader;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Serialize;
+use serde_json::json;
+use std::time::{Duration, Instant, SystemTime};
+
+pub fn configure(config: &mut web::ServiceConfig) {
+    config
+        .route("/v1/handles/capabilities", web::get().to(capabilities))
+        .route("/v1/handles/{id}/ops", web::post().to(operate))
+        .route("/v1/handles/{id}/trace", web::get().to(trace))
+        .route("/v1/handles/{id}", web::delete().to(delete));
+}
+
+/// A successful operation's answer.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OpResponse<'a> {
+    handle: HandleRef,
+    operation: &'static str,
+    sequence: u64,
+    limits: &'a request::Limits,
+    #[serde(flatten)]
+    output: &'a OpOutput,
+    bytes_inspected: u64,
+    items_inspected: u64,
+    elapsed_ms: u64,
+}
+
+fn shutting_down() -> ApiError {
+    ApiError::RuntimeUnavailable {
+        message: "ctxd is shutting down".to_owned(),
+    }
+}
+
+fn counted(op: &'static str, error: ApiError) -> ApiError {
+    HandleOperationFinished {
+        op,
+        result: error.metric_outcome(),
+    }
+    .emit();
+    error
+}
+
+async fn capabilities(
+    request: HttpRequest,
+    state: web::Data<ApiState>,
+) -> Result<HttpResponse, ApiError> {
+    authenticate(&request, &state.registry)?;
+    let store = &state.registry.handles;
+    let settings = store.settings();
+    let mut body = serde_json::to_value(store.capabilities()).unwrap_or_default();
+    body["ttlSeconds"] = json!(settings.ttl.as_secs());
+    body["limits"] = json!({
+        "defaultMaxResults": settings.limits.default_max_results,
+        "maxResultsCap": settings.limits.max_results_cap,
+        "defaultMaxBytes": settings.limits.default_max_bytes,
+        "maxBytesCap": settings.limits.max_bytes_cap,
+        "defaultTimeLimitMs": settings.limits.default_time_limit.as_millis() as u64,
+        "timeLimitCapMs": settings.limits.time_limit_cap.as_millis() as u64,
+    });
+    Ok(HttpResponse::Ok().json(body))
+}
+
+/// What one attempt on a handle came to, before it is traced and answered.
+struct Attempted {
+    limits: Option<request::Limits>,
+    inspected: Inspected,
+    elapsed: Duration,
+    result: Result<OpOutput, HandleError>,
+}
+
+async fn operate(
+    request: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<ApiState>,
+) -> Result<HttpResponse, ApiError> {
+    let registry = state.registry.clone();
+    if registry.is_shutting_down() {
+        return Err(shutting_down());
+    }
+    let tenant = authenticate(&request, &registry)?;
+    let id = path.into_inner();
+    if !is_valid_id(&id) {
+        return Err(counted(
+            "unknown",
+            ApiError::Handle(HandleError::InvalidHandle),
+        ));
+    }
+    let body = read_body(&request, payload, registry.max_body_bytes)
+        .await
+        .map_err(|error| counted("unknown", error))?;
+    let store = &registry.handles;
+    let parsed = request::parse(&body, &store.settings().limits);
+    let (op, version) = match &parsed {
+        Ok(request) => (request.op.name(), Some(request.version)),
+        Err(failure) => (failure.op, failure.version),
+    };
+    let started_at = SystemTime::now();
+    let attempt = store.begin(&tenant.id, &id, version, Instant::now());
+    let (Some(sequence), Some(handle_version)) = (attempt.sequence, attempt.version) else {
+        // Nothing of the tenant's: only counted (see the module docs).
+        let error = attempt
+            .outcome
+            .expect_err("an attempt without a sequence resolved to nothing");
+        return Err(counted(op, ApiError::Handle(error)));
+    };
+    // The handle answers first (stale), then the request, then the operation.
+    let attempted = match (attempt.outcome, parsed) {
+        (Err(error), parsed) => Attempted::refused(error, parsed.ok().map(|r| r.limits)),
+        (Ok(_), Err(failure)) => Attempted::refused(failure.error, None),
+        (Ok(material), Ok(request)) => {
+            let limits = request.limits;
+            let execution: Execution =
+                web::block(move || ops::run(&material, &request.op, &request.limits, &SystemClock))
+                    .await
+                    .map_err(|_| {
+                        counted(
+                            op,
+                            ApiError::RuntimeUnavailable {
+                                message: "the operation could not be scheduled".to_owned(),
+                            },
+                        )
+                    })?;
+            Attempted {
+                limits: Some(limits),
+                inspected: execution.inspected,
+                elapsed: execution.elapsed,
+                result: execution.result,
+            }
+        }
+    };
+    let mut record = HandleOpRecord::new(&tenant.id, &id, handle_version, sequence, op, started_at);
+    record.bytes_inspected = attempted.inspected.bytes;
+    record.items_inspected = attempted.inspected.items;
+    record.elapsed_ms = attempted.elapsed.as_millis() as u64;
+    record.limits = attempted.limits.as_ref().map(RecordLimits::from);
+    match &attempted.result {
+        Ok(output) => {
+            record.bytes_returned = output.bytes_returned as u64;
+            record.entries = output.entries.len() as u64;
+            record.truncated = output.truncated;
+        }
+        Err(error) => record.result = error.kind().to_owned(),
+    }
+    traced(&registry, &record, op).await?;
+    match attempted.result {
+        Ok(output) => {
+            HandleOperationFinished { op, result: "ok" }.emit();
+            let limits = attempted
+                .limits
+                .expect("a successful operation ran under limits");
+            Ok(HttpResponse::Ok().json(OpResponse {
+                handle: HandleRef {
+                    id,
+                    version: handle_version,
+                },
+                operation: op,
+                sequence,
+                limits: &limits,
+                output: &output,
+                bytes_inspected: attempted.inspected.bytes,
+                items_inspected: attempted.inspected.items,
+                elapsed_ms: attempted.elapsed.as_millis() as u64,
+            }))
+        }
+        Err(error) => Err(counted(op, ApiError::Handle(error))),
+    }
+}
+
+impl Attempted {
+    fn refused(error: HandleError, limits: Option<request::Limits>) -> Attempted {
+        Attempted {
+            limits,
+            inspected: Inspected::default(),
+            elapsed: Duration::ZERO,
+            result: Err(error),
+        }
+    }
+}
+
+/// Queues the record like a turn's trace: if the queue stays full the caller gets 503
+/// instead of an untraced answer.
+async fn traced(
+    registry: &Registry,
+    record: &HandleOpRecord,
+    op: &'static str,
+) -> Result<(), ApiError> {
+    match registry
+        .traces
+        .enqueue_handle_operation(record, registry.trace_wait)
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(backpressure) => {
+            crate::telemetry::metrics::trace_backpressure();
+            tracing::warn!(op, error = %backpressure, "handle operation refused: its trace cannot be queued");
+            Err(counted(
+                op,
+                ApiError::RuntimeUnavailable {
+                    message: format!("the operation's trace cannot be recorded: {backpressure}"),
+                },
+            ))
+        }
+    }
+}
+
+async fn delete(
+    request: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<ApiState>,
+) -> Result<HttpResponse, ApiError> {
+    let registry = state.registry.clone();
+    if registry.is_shutting_down() {
+        return Err(shutting_down());
+    }
+    let tenant = authenticate(&request, &registry)?;
+    let id = path.into_inner();
+    if !is_valid_id(&id) {
+        return Err(counted(
+            "delete",
+            ApiError::Handle(HandleError::InvalidHandle),
+        ));
+    }
+    let started_at = SystemTime::now();
+    let attempt = registry.handles.delete(&tenant.id, &id, Instant::now());
+    let (Some(sequence), Some(version)) = (attempt.sequence, attempt.version) else {
+        let error = attempt
+            .outcome
+            .expect_err("a delete without a sequence resolved to nothing");
+        return Err(counted("delete", ApiError::Handle(error)));
+    };
+    let mut record = HandleOpRecord::new(&tenant.id, &id, version, sequence, "delete", started_at);
+    if let Err(error) = &attempt.outcome {
+        record.result = error.kind().to_owned();
+    }
+    // If the record cannot be queued the tombstone stays: the deletion happened, and
+    // the caller is told it is not traced (503) rather than answered as if it were.
+    traced(&registry, &record, "delete").await?;
+    match attempt.outcome {
+        Ok(_) => {
+            HandleOperationFinished {
+                op: "delete",
+                result: "ok",
+            }
+            .emit();
+            Ok(HttpResponse::Ok().json(json!({
+                "handle": {"id": id, "version": version},
+                "deleted": true,
+                "sequence": sequence,
+            })))
+        }
+        Err(error) => Err(counted("delete", ApiError::Handle(error))),
+    }
+}
+
+/// `after` (a sequence, default 0) and `limit` (1..=1000, default 100).
+fn parse_trace_query(query: &str) -> Result<(u64, usize), HandleError> {
+    let mut after = 0;
+    let mut limit = DEFAULT_HANDLE_OPERATIONS;
+    let mut seen = std::collections::HashSet::new();
+    for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        if !seen.insert(name.to_string()) {
+            return Err(HandleError::invalid_argument(&name, "given more than once"));
+        }
+        match name.as_ref() {
+            "after" => {
+                after = value.parse().map_err(|_| {
+                    HandleError::invalid_argument("after", "must be a sequence number")
+                })?;
+            }
+            "limit" => {
+                limit = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_HANDLE_OPERATIONS).contains(n))
+                    .ok_or_else(|| HandleError::InvalidLimit {
+                        field: "limit".to_owned(),
+                        message: format!("use 1..={MAX_HANDLE_OPERATIONS}"),
+                        max: Some(MAX_HANDLE_OPERATIONS as u64),
+                    })?;
+            }
+            other => {
+                return Err(HandleError::invalid_argument(
+                    &other.chars().take(64).collect::<String>(),
+                    "unknown parameter; use after, limit",
+                ));
+            }
+        }
+    }
+    Ok((after, limit))
+}
+
+async fn trace(
+    request: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<ApiState>,
+) -> Result<HttpResponse, ApiError> {
+    let registry = state.registry.clone();
+    let tenant = authenticate(&request, &registry)?;
+    let id = path.into_inner();
+    if !is_valid_id(&id) {
+        return Err(ApiError::Handle(HandleError::InvalidHandle));
+    }
+    let (after, limit) = parse_trace_query(request.query_string()).map_err(ApiError::Handle)?;
+    let tenant_id = tenant.id.clone();
+    let handle = id.clone();
+    let reader_registry = registry.clone();
+    let page = web::block(move || {
+        TraceReader::open(&reader_registry.store_path, None)
+            .and_then(|reader| reader.handle_operations(&tenant_id, &handle, after, limit))
+    })
+    .await
+    .map_err(store_failure)?
+    .map_err(store_failure)?;
+    // Records outlive the handle (and a restart); with none, only a handle the tenant
+    // holds has a (still empty) trace.
+    if page.operations.is_empty() && after == 0 && !registry.handles.is_known(&tenant.id, &id) {
+        return Err(ApiError::Handle(HandleError::UnknownHandle { id }));
+    }
+    Ok(HttpResponse::Ok().json(json!({
+        "handle": id,
+        "operations": page.operations,
+        "nextAfter": page.next_after,
+    })))
+}
+
+fn store_failure(error: impl std::fmt::Display) -> ApiError {
+    tracing::error!(error = %error, "trace store read failed");
+    ApiError::RuntimeUnavailable {
+        message: "the trace store cannot be read right now".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_parameters_parse_and_are_named() {
+        assert_eq!(
+            parse_trace_query("").unwrap(),
+            (0, DEFAULT_HANDLE_OPERATIONS)
+        );
+        assert_eq!(parse_trace_query("after=7&limit=1000").unwrap(), (7, 1000));
+        assert_eq!(
+            parse_trace_query("limit=0").unwrap_err().kind(),
+            "invalid_limit"
+        );
+        assert_eq!(
+            parse_trace_query("limit=1001").unwrap_err().kind(),
+            "invalid_limit"
+        );
+        for query in ["after=-1", "after=x", "after=1&after=2", "tenant=globex"] {
+            assert_eq!(
+                parse_trace_query(query).unwrap_err().kind(),
+                "invalid_argument",
+                "{query}"
+            );
+        }
+    }
+
+    #[test]
+    fn handle_errors_have_their_status_and_fields() {
+        use crate::handles::StaleReason;
+        use actix_web::ResponseError;
+        let cases = [
+            (HandleError::InvalidHandle, 400),
+            (HandleError::UnknownHandle { id: "h_x".into() }, 404),
+            (
+                HandleError::StaleHandle {
+                    id: "h_x".into(),
+                    reason: StaleReason::WrongVersion,
+                    requested: Some(2),
+                    version: 1,
+                },
+                409,
+            ),
+            (
+                HandleError::StaleHandle {
+                    id: "h_x".into(),
+                    reason: StaleReason::Expired,
+                    requested: Some(1),
+                    version: 1,
+                },
+                410,
+            ),
+            (
+                HandleError::CapabilityDenied {
+                    operation: "map",
+                    function: "eval".into(),
+                    allowed: request::MAP_FUNCTIONS,
+                },
+                403,
+            ),
+            (HandleError::TimeLimitExceeded { limit_ms: 5 }, 422),
+            (
+                HandleError::OutOfRange {
+                    field: "op.item".into(),
+                    value: 9,
+                    available: 2,
+                },
+                400,
+            ),
+        ];
+        for (error, status) in cases {
+            let api = ApiError::Handle(error.clone());
+            assert_eq!(api.status_code().as_u16(), status, "{error:?}");
+            let response = api.error_response();
+            let body = actix_web::body::to_bytes(response.into_body());
+            let body = futures_util::FutureExt::now_or_never(body)
+                .expect("a JSON body is ready")
+                .ok()
+                .unwrap();
+            let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(json["error"]["code"], error.kind());
+            assert_eq!(json["error"]["message"], error.to_string());
+            for (key, value) in error.fields() {
+                assert_eq!(json["error"][&key], value, "{key}");
+            }
+        }
+    }
+}

@@ -1,0 +1,440 @@
+//! Handles: provider material too large for a turn's budget, kept outside the rendered
+//! context behind an opaque, versioned, tenant-scoped reference and reachable only
+//! through bounded operations (seed 004, SPEC §6).
+//!
+//! Design goals:
+//! - Only material ctxd itself produced is accepted ([`HandleMaterial`]: text or an item
+//!   list). There is no variant for a path, a URL, a stream or a callable, so nothing
+//!   can ever be dereferenced; the store declares `filesystem: false, network: false`.
+//! - Ids are 128 random bits (`h_` + 32 lowercase hex), validated on input, and mean
+//!   nothing outside the tenant that holds them: another tenant's id is
+//!   `unknown_handle`, never `stale_handle`.
+//! - Every operation is bounded three ways — `maxResults` entries, a global `maxBytes`
+//!   across the whole result (cut on a UTF-8 boundary, `truncated: true`) and a wall-time
+//!   limit — with defaults and caps from `[handles]`; a request over a cap is refused
+//!   (`invalid_limit`), never clamped.
+//! - The operations are pure functions of the material, the request and an injected
+//!   clock ([`ops`]), so tests are deterministic; the store ([`store`]) only hands out
+//!   material and sequence numbers.
+//!
+//! Layout: [`store`] (the in-memory store: TTL, byte cap, LRU, tombstones), [`request`]
+//! (the operation request JSON and its limits), [`ops`] (the operations), [`record`]
+//! (the per-operation trace record).
+//!
+//! Versions: a handle's material never changes after registration, and no operation
+//! derives new material, so every handle has version 1. The version is still part of
+//! the reference and checked on every operation, so a client holding a reference to
+//! material that was replaced or removed fails structurally (`stale_handle`) instead of
+//! reading something else.
+
+pub mod ops;
+#[cfg(test)]
+mod ops_tests;
+pub mod record;
+pub mod request;
+pub mod store;
+
+pub use ops::{Clock, Execution, OpOutput, SystemClock};
+pub use record::{HANDLE_OPERATION_KIND, HandleOpRecord};
+pub use request::{Limits, OpRequest, Operation};
+pub use store::{Attempt, HandleStore, StaleReason};
+
+use crate::contract::Item;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+
+/// Length of every handle id: `h_` + 32 lowercase hex (128 random bits). The kernel
+/// sizes references with it.
+pub const HANDLE_ID_LEN: usize = 34;
+/// The prefix of every handle id.
+pub const HANDLE_ID_PREFIX: &str = "h_";
+
+/// What ctxd itself registers; nothing else is accepted (no paths, URLs, callables…).
+#[derive(Debug, Clone, PartialEq)]
+pub enum HandleMaterial {
+    Text(String),
+    Items(Vec<Item>),
+}
+
+impl HandleMaterial {
+    /// Text bytes, or the sum of the canonical JSON sizes of the items. This is what
+    /// counts against `max_total_bytes` and what `metadata` and `reduce byte_count`
+    /// report.
+    pub fn bytes(&self) -> usize {
+        match self {
+            HandleMaterial::Text(text) => text.len(),
+            HandleMaterial::Items(items) => items.iter().map(item_bytes).sum(),
+        }
+    }
+
+    /// `text` or `items`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HandleMaterial::Text(_) => "text",
+            HandleMaterial::Items(_) => "items",
+        }
+    }
+}
+
+/// The canonical JSON size of one item.
+pub(crate) fn item_bytes(item: &Item) -> usize {
+    crate::digest::canonical_json_of(item).len()
+}
+
+/// The opaque reference a turn hands out: `{"id": "h_…", "version": 1}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandleRef {
+    pub id: String,
+    pub version: u64,
+}
+
+/// Whether `id` has the shape of a handle id (`h_` + 32 lowercase hex). Anything else
+/// is `invalid_handle` before the store is consulted.
+pub fn is_valid_id(id: &str) -> bool {
+    id.len() == HANDLE_ID_LEN
+        && id.starts_with(HANDLE_ID_PREFIX)
+        && id[HANDLE_ID_PREFIX.len()..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// What the store may reach besides its own memory: nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Capabilities {
+    pub filesystem: bool,
+    pub network: bool,
+    /// Where material lives.
+    pub backend: &'static str,
+    /// The material kinds accepted.
+    pub sources: &'static [&'static str],
+    pub operations: &'static [&'static str],
+    pub map_functions: &'static [&'static str],
+    pub reduce_functions: &'static [&'static str],
+    pub partitions: &'static [&'static str],
+}
+
+impl Capabilities {
+    pub const DECLARED: Capabilities = Capabilities {
+        filesystem: false,
+        network: false,
+        backend: "memory",
+        sources: &["text", "items"],
+        operations: request::OPERATIONS,
+        map_functions: request::MAP_FUNCTIONS,
+        reduce_functions: request::REDUCE_FUNCTIONS,
+        partitions: request::PARTITIONS,
+    };
+}
+
+/// Operation limits: what applies when a request names none, and the most a request
+/// may ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitSettings {
+    pub default_max_results: usize,
+    pub max_results_cap: usize,
+    pub default_max_bytes: usize,
+    pub max_bytes_cap: usize,
+    pub default_time_limit: Duration,
+    pub time_limit_cap: Duration,
+}
+
+impl Default for LimitSettings {
+    fn default() -> Self {
+        LimitSettings {
+            default_max_results: 100,
+            max_results_cap: 10_000,
+            default_max_bytes: 16_384,
+            max_bytes_cap: 1_048_576,
+            default_time_limit: Duration::from_millis(100),
+            time_limit_cap: Duration::from_millis(1000),
+        }
+    }
+}
+
+/// The `[handles]` section of the server config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandleSettings {
+    /// How long a handle lives after registration (not extended by use).
+    pub ttl: Duration,
+    /// Bytes of material the store holds across all tenants; beyond it the least
+    /// recently used handles are evicted.
+    pub max_total_bytes: usize,
+    /// Tombstones kept; the oldest are forgotten beyond it (their ids become
+    /// `unknown_handle`).
+    pub max_tombstones: usize,
+    pub limits: LimitSettings,
+}
+
+impl Default for HandleSettings {
+    fn default() -> Self {
+        HandleSettings {
+            ttl: Duration::from_secs(15 * 60),
+            max_total_bytes: 268_435_456,
+            max_tombstones: 100_000,
+            limits: LimitSettings::default(),
+        }
+    }
+}
+
+/// Why a handle operation (or a registration) was refused. Each variant is one `kind`
+/// of seed 004; [`HandleError::fields`] gives its structured fields. Messages never
+/// carry material.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandleError {
+    #[error("a handle id is \"h_\" followed by 32 lowercase hexadecimal digits")]
+    InvalidHandle,
+    #[error("no such handle")]
+    UnknownHandle { id: String },
+    #[error("{}", stale_message(*reason, *requested, *version))]
+    StaleHandle {
+        id: String,
+        reason: StaleReason,
+        /// The version the request named (absent for a delete).
+        requested: Option<u64>,
+        /// The handle's current version (wrong version) or the version that was
+        /// deleted, expired or evicted.
+        version: u64,
+    },
+    #[error("{field}: {message}")]
+    InvalidLimit {
+        field: String,
+        message: String,
+        max: Option<u64>,
+    },
+    #[error("{field}: {message}")]
+    InvalidPattern { field: String, message: String },
+    #[error("{field}: {value} is out of range: the material has {available}")]
+    OutOfRange {
+        field: String,
+        value: u64,
+        available: u64,
+    },
+    #[error("{}", unsupported_partition_message(by, *material, supported))]
+    UnsupportedPartition {
+        by: String,
+        /// Set when the partition exists but not for this material (`lines` of items).
+        material: Option<&'static str>,
+        supported: Vec<&'static str>,
+    },
+    #[error("{operation} function {function:?} is not allowed: use one of {}", allowed.join(", "))]
+    CapabilityDenied {
+        operation: &'static str,
+        function: String,
+        allowed: &'static [&'static str],
+    },
+    #[error("{message}")]
+    InvalidArgument {
+        field: Option<String>,
+        message: String,
+    },
+    #[error("the operation did not finish within its time limit of {limit_ms} ms")]
+    TimeLimitExceeded { limit_ms: u64 },
+    #[error("the material is {bytes} bytes, more than the store holds ({cap})")]
+    MaterialTooLarge { bytes: usize, cap: usize },
+}
+
+fn stale_message(reason: StaleReason, requested: Option<u64>, version: u64) -> String {
+    match (reason, requested) {
+        (StaleReason::WrongVersion, Some(requested)) => {
+            format!("version {requested} is not the handle's current version {version}")
+        }
+        (StaleReason::WrongVersion, None) => format!("the handle's version is {version}"),
+        (reason, _) => format!("version {version} of the handle was {}", reason.as_str()),
+    }
+}
+
+fn unsupported_partition_message(
+    by: &str,
+    material: Option<&'static str>,
+    supported: &[&'static str],
+) -> String {
+    match material {
+        Some(material) => format!(
+            "partition by {by:?} is not supported for {material} material: use {}",
+            supported.join(" or ")
+        ),
+        None => format!(
+            "partition by {by:?} is not supported: use {}",
+            supported.join(" or ")
+        ),
+    }
+}
+
+impl HandleError {
+    /// The error `kind` (`stale_handle`, …): the API's error code and the trace's and
+    /// metric's `result`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HandleError::InvalidHandle => "invalid_handle",
+            HandleError::UnknownHandle { .. } => "unknown_handle",
+            HandleError::StaleHandle { .. } => "stale_handle",
+            HandleError::InvalidLimit { .. } => "invalid_limit",
+            HandleError::InvalidPattern { .. } => "invalid_pattern",
+            HandleError::OutOfRange { .. } => "out_of_range",
+            HandleError::UnsupportedPartition { .. } => "unsupported_partition",
+            HandleError::CapabilityDenied { .. } => "capability_denied",
+            HandleError::InvalidArgument { .. } => "invalid_argument",
+            HandleError::TimeLimitExceeded { .. } => "time_limit_exceeded",
+            HandleError::MaterialTooLarge { .. } => "material_too_large",
+        }
+    }
+
+    /// The structured fields that go beside `code` and `message` in an error body.
+    pub fn fields(&self) -> Map<String, Value> {
+        let value = match self {
+            HandleError::InvalidHandle | HandleError::MaterialTooLarge { .. } => json!({}),
+            HandleError::UnknownHandle { id } => json!({"handle": id}),
+            HandleError::StaleHandle {
+                id,
+                reason,
+                requested,
+                version,
+            } => {
+                let mut fields = json!({"handle": id, "reason": reason.as_str()});
+                if let Some(requested) = requested {
+                    fields["requestedVersion"] = json!(requested);
+                }
+                let key = match reason {
+                    StaleReason::WrongVersion => "currentVersion",
+                    _ => "deletedVersion",
+                };
+                fields[key] = json!(version);
+                fields
+            }
+            HandleError::InvalidLimit { field, max, .. } => match max {
+                Some(max) => json!({"field": field, "max": max}),
+                None => json!({"field": field}),
+            },
+            HandleError::InvalidPattern { field, .. } => json!({"field": field}),
+            HandleError::OutOfRange {
+                field,
+                value,
+                available,
+            } => json!({"field": field, "value": value, "available": available}),
+            HandleError::UnsupportedPartition { supported, .. } => {
+                json!({"field": "op.by", "supported": supported})
+            }
+            HandleError::CapabilityDenied {
+                operation, allowed, ..
+            } => json!({"field": "op.function", "operation": operation, "allowed": allowed}),
+            HandleError::InvalidArgument { field, .. } => match field {
+                Some(field) => json!({"field": field}),
+                None => json!({}),
+            },
+            HandleError::TimeLimitExceeded { limit_ms } => json!({"timeLimitMs": limit_ms}),
+        };
+        match value {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        }
+    }
+
+    pub(crate) fn invalid_argument(field: &str, message: impl Into<String>) -> HandleError {
+        HandleError::InvalidArgument {
+            field: Some(field.to_owned()),
+            message: format!("{field}: {}", message.into()),
+        }
+    }
+}
+
+/// One handle operation finished (or was refused): counts
+/// `ctxd_handle_operations_total{op, result}`. Both labels come from fixed sets.
+pub struct HandleOperationFinished {
+    /// An operation name from [`request::OPERATIONS`], `delete`, or `unknown`.
+    pub op: &'static str,
+    /// `ok` or an error kind.
+    pub result: &'static str,
+}
+
+impl HandleOperationFinished {
+    pub fn emit(&self) {
+        metrics::counter!(
+            crate::telemetry::metrics::HANDLE_OPERATIONS,
+            "op" => self.op,
+            "result" => self.result
+        )
+        .increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_validated_by_shape() {
+        assert!(is_valid_id(&format!("h_{}", "0123456789abcdef".repeat(2))));
+        for bad in [
+            String::new(),
+            "h_".to_owned(),
+            format!("h_{}", "a".repeat(31)),
+            format!("h_{}", "a".repeat(33)),
+            format!("h_{}", "A".repeat(32)),
+            format!("x_{}", "a".repeat(32)),
+            format!("h_{}g", "a".repeat(31)),
+            format!("h_{}é", "a".repeat(30)),
+            "../../etc/passwd".to_owned(),
+            "https://example.com/h".to_owned(),
+        ] {
+            assert!(!is_valid_id(&bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn material_bytes_are_text_bytes_or_canonical_item_sizes() {
+        assert_eq!(HandleMaterial::Text("héllo".into()).bytes(), 6);
+        let item = Item {
+            id: "a".into(),
+            title: None,
+            content: "xyz".into(),
+            metadata: Map::new(),
+            updated_at: None,
+        };
+        let one = crate::digest::canonical_json_of(&item).len();
+        assert_eq!(one, r#"{"content":"xyz","id":"a"}"#.len());
+        assert_eq!(
+            HandleMaterial::Items(vec![item.clone(), item]).bytes(),
+            2 * one
+        );
+        assert_eq!(HandleMaterial::Items(Vec::new()).bytes(), 0);
+    }
+
+    #[test]
+    fn declared_capabilities_reach_nothing_outside_memory() {
+        let json = serde_json::to_value(Capabilities::DECLARED).unwrap();
+        assert_eq!(json["filesystem"], false);
+        assert_eq!(json["network"], false);
+        assert_eq!(json["backend"], "memory");
+        assert_eq!(json["sources"], json!(["text", "items"]));
+        assert_eq!(
+            json["mapFunctions"],
+            json!(["identity", "lowercase", "uppercase", "length"])
+        );
+        assert_eq!(json["reduceFunctions"], json!(["count", "byte_count"]));
+    }
+
+    #[test]
+    fn stale_errors_carry_the_version() {
+        let wrong = HandleError::StaleHandle {
+            id: "h_x".into(),
+            reason: StaleReason::WrongVersion,
+            requested: Some(2),
+            version: 1,
+        };
+        assert_eq!(wrong.kind(), "stale_handle");
+        let fields = wrong.fields();
+        assert_eq!(fields["currentVersion"], 1);
+        assert_eq!(fields["requestedVersion"], 2);
+        assert_eq!(fields["reason"], "wrong_version");
+        let deleted = HandleError::StaleHandle {
+            id: "h_x".into(),
+            reason: StaleReason::Deleted,
+            requested: None,
+            version: 1,
+        };
+        assert_eq!(deleted.fields()["deletedVersion"], 1);
+        assert!(deleted.to_string().contains("deleted"), "{deleted}");
+    }
+}

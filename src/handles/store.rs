@@ -1,0 +1,605 @@
+//! The in-memory handle store, shared by every worker.
+//!
+//! - **Owner.** One [`HandleStore`] per process, in the `Registry`; its state sits behind
+//!   one `Mutex` held only for map updates (never while an operation runs: operations
+//!   get an `Arc` of the material and run unlocked).
+//! - **Bounds.** Material is capped by `max_total_bytes` across all tenants: registering
+//!   evicts least-recently-used handles (an operation or a registration is a use) until
+//!   the new material fits. Tombstones are capped by `max_tombstones`: the oldest are
+//!   forgotten, and a forgotten id answers `unknown_handle`.
+//! - **Expiry.** A handle lives `ttl` from its registration (use does not extend it).
+//!   Every call first sweeps what has expired (an ordered index, so a sweep costs only
+//!   what it removes); with no traffic at all, expired material stays until the next
+//!   call, still within `max_total_bytes`. No timer is needed.
+//! - **Tombstones.** A deleted, expired or evicted handle leaves a tombstone with its
+//!   tenant, version, reason and next sequence number, so later operations fail
+//!   structurally (`stale_handle` with the deleted version) and keep a monotonic
+//!   per-handle sequence.
+//! - **Tenants.** A handle or tombstone of another tenant is `unknown_handle`.
+//! - The clock is injected (`now: Instant` on every call), so TTL tests need no sleeping.
+
+use super::{
+    Capabilities, HANDLE_ID_PREFIX, HandleError, HandleMaterial, HandleRef, HandleSettings,
+};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+/// Every handle's version: material never changes (see the module docs of `handles`).
+pub const VERSION: u64 = 1;
+
+/// Why a handle is stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaleReason {
+    /// The handle is live but the request named another version.
+    WrongVersion,
+    Deleted,
+    Expired,
+    /// Evicted (least recently used) to make room under `max_total_bytes`.
+    Evicted,
+}
+
+impl StaleReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StaleReason::WrongVersion => "wrong_version",
+            StaleReason::Deleted => "deleted",
+            StaleReason::Expired => "expired",
+            StaleReason::Evicted => "evicted",
+        }
+    }
+}
+
+/// What the store answered for one operation or delete on a handle.
+#[derive(Debug)]
+pub struct Attempt {
+    /// The handle's per-handle sequence number given to this attempt: present whenever
+    /// the id resolved to a handle or tombstone of the caller's tenant (so the attempt
+    /// is traced), absent for an unknown id.
+    pub sequence: Option<u64>,
+    /// The handle's (or tombstone's) version, when it resolved.
+    pub version: Option<u64>,
+    /// The material to operate on (an operation) or `()` (a delete that succeeded).
+    pub outcome: Result<Arc<HandleMaterial>, HandleError>,
+}
+
+struct Entry {
+    tenant: String,
+    version: u64,
+    material: Arc<HandleMaterial>,
+    bytes: usize,
+    expires: Instant,
+    /// Key in `by_expiry`: `(expires, serial)`.
+    serial: u64,
+    /// Key in `lru`.
+    last_used: u64,
+    next_sequence: u64,
+}
+
+struct Tombstone {
+    tenant: String,
+    version: u64,
+    reason: StaleReason,
+    next_sequence: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    live: HashMap<String, Entry>,
+    /// Live ids by last use, oldest first: the eviction order.
+    lru: BTreeMap<u64, String>,
+    /// Live ids by expiry, soonest first: the sweep order.
+    by_expiry: BTreeMap<(Instant, u64), String>,
+    /// Monotonic counter for `lru` keys and `by_expiry` serials.
+    clock: u64,
+    total_bytes: usize,
+    tombstones: HashMap<String, Tombstone>,
+    /// Tombstone ids, oldest first: the forgetting order.
+    tombstone_order: VecDeque<String>,
+}
+
+/// The store. `Send + Sync`; shared by every worker through the `Registry`.
+pub struct HandleStore {
+    settings: HandleSettings,
+    /// All state: held only for map updates, never while an operation runs.
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for HandleStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.lock();
+        f.debug_struct("HandleStore")
+            .field("live", &inner.live.len())
+            .field("total_bytes", &inner.total_bytes)
+            .field("tombstones", &inner.tombstones.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counts, for tests and health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreSnapshot {
+    pub live: usize,
+    pub total_bytes: usize,
+    pub tombstones: usize,
+}
+
+impl HandleStore {
+    pub fn new(settings: HandleSettings) -> HandleStore {
+        HandleStore {
+            settings,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    pub fn settings(&self) -> &HandleSettings {
+        &self.settings
+    }
+
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities::DECLARED
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves maps that are still consistent enough
+        // to serve (every update is a few inserts/removes); keep serving.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers material for a tenant, returning its handle (version 1). Evicts
+    /// least-recently-used handles (tenant-agnostic LRU over the total-bytes cap),
+    /// leaving tombstones. Err if the material alone exceeds the cap.
+    pub fn register(
+        &self,
+        tenant: &str,
+        material: HandleMaterial,
+        now: Instant,
+    ) -> Result<HandleRef, HandleError> {
+        let bytes = material.bytes();
+        let cap = self.settings.max_total_bytes;
+        if bytes > cap {
+            return Err(HandleError::MaterialTooLarge { bytes, cap });
+        }
+        let mut inner = self.lock();
+        // 128 random bits never collide in practice; the check makes it certain.
+        let id = loop {
+            let id = new_id();
+            if !inner.live.contains_key(&id) && !inner.tombstones.contains_key(&id) {
+                break id;
+            }
+        };
+        self.sweep_locked(&mut inner, now);
+        while inner.total_bytes + bytes > cap {
+            let Some((_, oldest)) = inner.lru.pop_first() else {
+                break;
+            };
+            self.bury(&mut inner, &oldest, StaleReason::Evicted);
+        }
+        inner.clock += 1;
+        let tick = inner.clock;
+        let expires = later(now, self.settings.ttl);
+        inner.lru.insert(tick, id.clone());
+        inner.by_expiry.insert((expires, tick), id.clone());
+        inner.total_bytes += bytes;
+        inner.live.insert(
+            id.clone(),
+            Entry {
+                tenant: tenant.to_owned(),
+                version: VERSION,
+                material: Arc::new(material),
+                bytes,
+                expires,
+                serial: tick,
+                last_used: tick,
+                next_sequence: 1,
+            },
+        );
+        Ok(HandleRef {
+            id,
+            version: VERSION,
+        })
+    }
+
+    /// Starts an operation on `id` at `version` for `tenant`: the material, and the
+    /// sequence number the operation is traced under. A use for the LRU. `version: None`
+    /// (a request whose version did not parse) skips the version check: the attempt is
+    /// only sequenced and traced, its request error answered.
+    pub fn begin(&self, tenant: &str, id: &str, version: Option<u64>, now: Instant) -> Attempt {
+        let mut inner = self.lock();
+        self.sweep_locked(&mut inner, now);
+        inner.clock += 1;
+        let tick = inner.clock;
+        let Inner { live, lru, .. } = &mut *inner;
+        if let Some(entry) = live.get_mut(id).filter(|e| e.tenant == tenant) {
+            let sequence = entry.next_sequence;
+            entry.next_sequence += 1;
+            lru.remove(&entry.last_used);
+            entry.last_used = tick;
+            lru.insert(tick, id.to_owned());
+            let outcome = match version {
+                Some(version) if version != entry.version => Err(HandleError::StaleHandle {
+                    id: id.to_owned(),
+                    reason: StaleReason::WrongVersion,
+                    requested: Some(version),
+                    version: entry.version,
+                }),
+                _ => Ok(Arc::clone(&entry.material)),
+            };
+            return Attempt {
+                sequence: Some(sequence),
+                version: Some(entry.version),
+                outcome,
+            };
+        }
+        Self::gone(&mut inner, tenant, id, version)
+    }
+
+    /// Deletes a handle, leaving a tombstone. Deleting a tombstone is `stale_handle`
+    /// (with the deleted version).
+    pub fn delete(&self, tenant: &str, id: &str, now: Instant) -> Attempt {
+        let mut inner = self.lock();
+        self.sweep_locked(&mut inner, now);
+        if inner.live.get(id).is_some_and(|e| e.tenant == tenant) {
+            let entry = self.bury(&mut inner, id, StaleReason::Deleted);
+            let tombstone = inner
+                .tombstones
+                .get_mut(id)
+                .expect("a handle just buried has a tombstone");
+            let sequence = tombstone.next_sequence;
+            tombstone.next_sequence += 1;
+            return Attempt {
+                sequence: Some(sequence),
+                version: Some(entry.0),
+                outcome: Ok(Arc::clone(&entry.1)),
+            };
+        }
+        Self::gone(&mut inner, tenant, id, None)
+    }
+
+    /// Whether the tenant holds this id, live or as a tombstone (trace listings answer
+    /// `unknown_handle` for anything else).
+    pub fn is_known(&self, tenant: &str, id: &str) -> bool {
+        let inner = self.lock();
+        inner.live.get(id).is_some_and(|e| e.tenant == tenant)
+            || inner.tombstones.get(id).is_some_and(|t| t.tenant == tenant)
+    }
+
+    /// Buries whatever has expired by `now`; returns how many handles.
+    pub fn sweep(&self, now: Instant) -> usize {
+        let mut inner = self.lock();
+        self.sweep_locked(&mut inner, now)
+    }
+
+    pub fn snapshot(&self) -> StoreSnapshot {
+        let inner = self.lock();
+        StoreSnapshot {
+            live: inner.live.len(),
+            total_bytes: inner.total_bytes,
+            tombstones: inner.tombstones.len(),
+        }
+    }
+
+    /// The answer for an id that is not live for the tenant: its tombstone, or unknown.
+    fn gone(inner: &mut Inner, tenant: &str, id: &str, requested: Option<u64>) -> Attempt {
+        match inner.tombstones.get_mut(id).filter(|t| t.tenant == tenant) {
+            Some(tombstone) => {
+                let sequence = tombstone.next_sequence;
+                tombstone.next_sequence += 1;
+                Attempt {
+                    sequence: Some(sequence),
+                    version: Some(tombstone.version),
+                    outcome: Err(HandleError::StaleHandle {
+                        id: id.to_owned(),
+                        reason: tombstone.reason,
+                        requested,
+                        version: tombstone.version,
+                    }),
+                }
+            }
+            None => Attempt {
+                sequence: None,
+                version: None,
+                outcome: Err(HandleError::UnknownHandle { id: id.to_owned() }),
+            },
+        }
+    }
+
+    fn sweep_locked(&self, inner: &mut Inner, now: Instant) -> usize {
+        let mut swept = 0;
+        while let Some(entry) = inner.by_expiry.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let id = entry.remove();
+            self.bury(inner, &id, StaleReason::Expired);
+            swept += 1;
+        }
+        swept
+    }
+
+    /// Removes a live handle from every index and leaves its tombstone; returns its
+    /// version and material.
+    fn bury(&self, inner: &mut Inner, id: &str, reason: StaleReason) -> (u64, Arc<HandleMaterial>) {
+        let entry = inner
+            .live
+            .remove(id)
+            .expect("indexes only hold live handles");
+        inner.lru.remove(&entry.last_used);
+        inner.by_expiry.remove(&(entry.expires, entry.serial));
+        inner.total_bytes -= entry.bytes;
+        inner.tombstones.insert(
+            id.to_owned(),
+            Tombstone {
+                tenant: entry.tenant,
+                version: entry.version,
+                reason,
+                next_sequence: entry.next_sequence,
+            },
+        );
+        inner.tombstone_order.push_back(id.to_owned());
+        while inner.tombstone_order.len() > self.settings.max_tombstones {
+            if let Some(oldest) = inner.tombstone_order.pop_front() {
+                inner.tombstones.remove(&oldest);
+            }
+        }
+        (entry.version, entry.material)
+    }
+}
+
+/// `h_` + 32 lowercase hex from 128 random bits.
+fn new_id() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the operating system provides randomness");
+    format!("{HANDLE_ID_PREFIX}{}", hex::encode(bytes))
+}
+
+/// `from + by`, or far in the future when that overflows.
+fn later(from: Instant, by: std::time::Duration) -> Instant {
+    from.checked_add(by)
+        .unwrap_or_else(|| from + std::time::Duration::from_secs(86_400 * 365 * 30))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handles::{HANDLE_ID_LEN, is_valid_id};
+    use std::time::Duration;
+
+    fn settings(max_total_bytes: usize, max_tombstones: usize) -> HandleSettings {
+        HandleSettings {
+            ttl: Duration::from_secs(60),
+            max_total_bytes,
+            max_tombstones,
+            ..HandleSettings::default()
+        }
+    }
+
+    fn text(n: usize) -> HandleMaterial {
+        HandleMaterial::Text("x".repeat(n))
+    }
+
+    fn stale(attempt: &Attempt) -> (StaleReason, u64) {
+        match &attempt.outcome {
+            Err(HandleError::StaleHandle {
+                reason, version, ..
+            }) => (*reason, *version),
+            other => panic!("expected stale_handle, got {other:?}"),
+        }
+    }
+
+    fn unknown(attempt: &Attempt) -> bool {
+        matches!(attempt.outcome, Err(HandleError::UnknownHandle { .. }))
+            && attempt.sequence.is_none()
+    }
+
+    #[test]
+    fn ids_are_random_and_well_formed() {
+        let store = HandleStore::new(settings(1000, 10));
+        let now = Instant::now();
+        let a = store.register("acme", text(1), now).unwrap();
+        let b = store.register("acme", text(1), now).unwrap();
+        assert_ne!(a.id, b.id);
+        assert_eq!(a.id.len(), HANDLE_ID_LEN);
+        assert!(is_valid_id(&a.id) && is_valid_id(&b.id));
+        assert_eq!(a.version, 1);
+    }
+
+    #[test]
+    fn operations_get_the_material_and_a_monotonic_sequence() {
+        let store = HandleStore::new(settings(1000, 10));
+        let now = Instant::now();
+        let handle = store
+            .register("acme", HandleMaterial::Text("hello".into()), now)
+            .unwrap();
+        for expected in 1..=3 {
+            let attempt = store.begin("acme", &handle.id, Some(1), now);
+            assert_eq!(attempt.sequence, Some(expected));
+            assert_eq!(
+                *attempt.outcome.unwrap(),
+                HandleMaterial::Text("hello".into())
+            );
+        }
+        // A wrong version is stale with the current version, and still sequenced.
+        let wrong = store.begin("acme", &handle.id, Some(2), now);
+        assert_eq!(stale(&wrong), (StaleReason::WrongVersion, 1));
+        assert_eq!(wrong.sequence, Some(4));
+    }
+
+    #[test]
+    fn another_tenant_sees_nothing() {
+        let store = HandleStore::new(settings(1000, 10));
+        let now = Instant::now();
+        let handle = store.register("acme", text(3), now).unwrap();
+        assert!(unknown(&store.begin("globex", &handle.id, Some(1), now)));
+        assert!(unknown(&store.delete("globex", &handle.id, now)));
+        assert!(!store.is_known("globex", &handle.id));
+        // Its tombstone is just as invisible.
+        store.delete("acme", &handle.id, now).outcome.unwrap();
+        assert!(unknown(&store.begin("globex", &handle.id, Some(1), now)));
+        assert!(unknown(&store.begin("globex", &handle.id, Some(2), now)));
+        assert!(store.is_known("acme", &handle.id));
+    }
+
+    #[test]
+    fn delete_leaves_a_tombstone_and_deleting_twice_is_stale() {
+        let store = HandleStore::new(settings(1000, 10));
+        let now = Instant::now();
+        let handle = store.register("acme", text(10), now).unwrap();
+        assert_eq!(
+            store.begin("acme", &handle.id, Some(1), now).sequence,
+            Some(1)
+        );
+        let deleted = store.delete("acme", &handle.id, now);
+        assert!(deleted.outcome.is_ok());
+        assert_eq!(deleted.sequence, Some(2));
+        assert_eq!(store.snapshot().total_bytes, 0);
+        let again = store.delete("acme", &handle.id, now);
+        assert_eq!(stale(&again), (StaleReason::Deleted, 1));
+        assert_eq!(again.sequence, Some(3));
+        let op = store.begin("acme", &handle.id, Some(1), now);
+        assert_eq!(stale(&op), (StaleReason::Deleted, 1));
+        assert_eq!(op.sequence, Some(4), "the sequence survives deletion");
+        assert!(unknown(&store.begin(
+            "acme",
+            &format!("h_{}", "0".repeat(32)),
+            Some(1),
+            now
+        )));
+    }
+
+    #[test]
+    fn handles_expire_after_the_ttl_with_an_injected_clock() {
+        let store = HandleStore::new(settings(1000, 10));
+        let t0 = Instant::now();
+        let first = store.register("acme", text(10), t0).unwrap();
+        let second = store
+            .register("acme", text(20), t0 + Duration::from_secs(30))
+            .unwrap();
+        let just_before = t0 + Duration::from_secs(60) - Duration::from_millis(1);
+        assert!(
+            store
+                .begin("acme", &first.id, Some(1), just_before)
+                .outcome
+                .is_ok()
+        );
+        // Use does not extend the TTL.
+        let at_ttl = t0 + Duration::from_secs(60);
+        assert_eq!(
+            stale(&store.begin("acme", &first.id, Some(1), at_ttl)),
+            (StaleReason::Expired, 1)
+        );
+        assert_eq!(
+            store.snapshot().total_bytes,
+            20,
+            "the expired bytes are freed"
+        );
+        assert!(
+            store
+                .begin("acme", &second.id, Some(1), at_ttl)
+                .outcome
+                .is_ok()
+        );
+        assert_eq!(store.sweep(t0 + Duration::from_secs(90)), 1);
+        assert_eq!(
+            store.snapshot(),
+            StoreSnapshot {
+                live: 0,
+                total_bytes: 0,
+                tombstones: 2
+            }
+        );
+        assert_eq!(
+            stale(&store.delete("acme", &second.id, t0 + Duration::from_secs(91))),
+            (StaleReason::Expired, 1)
+        );
+    }
+
+    #[test]
+    fn the_least_recently_used_handles_are_evicted_across_tenants() {
+        let store = HandleStore::new(settings(100, 10));
+        let now = Instant::now();
+        let a = store.register("acme", text(40), now).unwrap();
+        let b = store.register("globex", text(40), now).unwrap();
+        // `a` is used, so `b` is now the least recently used.
+        store.begin("acme", &a.id, Some(1), now).outcome.unwrap();
+        let c = store.register("acme", text(40), now).unwrap();
+        assert_eq!(
+            stale(&store.begin("globex", &b.id, Some(1), now)),
+            (StaleReason::Evicted, 1)
+        );
+        assert!(store.begin("acme", &a.id, Some(1), now).outcome.is_ok());
+        assert!(store.begin("acme", &c.id, Some(1), now).outcome.is_ok());
+        assert_eq!(store.snapshot().total_bytes, 80);
+        // One handle as large as the cap evicts everything else.
+        let whole = store.register("acme", text(100), now).unwrap();
+        assert_eq!(
+            store.snapshot(),
+            StoreSnapshot {
+                live: 1,
+                total_bytes: 100,
+                tombstones: 3
+            }
+        );
+        assert!(store.begin("acme", &whole.id, Some(1), now).outcome.is_ok());
+        assert_eq!(
+            store.register("acme", text(101), now).unwrap_err(),
+            HandleError::MaterialTooLarge {
+                bytes: 101,
+                cap: 100
+            }
+        );
+        assert!(
+            store.begin("acme", &whole.id, Some(1), now).outcome.is_ok(),
+            "a refused registration evicts nothing"
+        );
+    }
+
+    #[test]
+    fn tombstones_are_bounded_and_forgotten_ids_become_unknown() {
+        let store = HandleStore::new(settings(1000, 2));
+        let now = Instant::now();
+        let ids: Vec<String> = (0..3)
+            .map(|_| store.register("acme", text(1), now).unwrap().id)
+            .collect();
+        for id in &ids {
+            store.delete("acme", id, now).outcome.unwrap();
+        }
+        assert_eq!(store.snapshot().tombstones, 2);
+        assert!(unknown(&store.begin("acme", &ids[0], Some(1), now)));
+        assert!(!store.is_known("acme", &ids[0]));
+        assert_eq!(
+            stale(&store.begin("acme", &ids[2], Some(1), now)),
+            (StaleReason::Deleted, 1)
+        );
+    }
+
+    #[test]
+    fn the_store_is_shared_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<HandleStore>();
+        let store = Arc::new(HandleStore::new(settings(1_000_000, 10)));
+        let now = Instant::now();
+        let handle = store.register("acme", text(10), now).unwrap();
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                let id = handle.id.clone();
+                std::thread::spawn(move || {
+                    (0..100)
+                        .map(|_| store.begin("acme", &id, Some(1), now).sequence.unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut all: Vec<u64> = threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            (1..=400).collect::<Vec<_>>(),
+            "no sequence given twice"
+        );
+    }
+}
