@@ -2,7 +2,9 @@
 //! library that prints results and chooses the exit code.
 
 mod build;
+mod doctor;
 mod preview;
+mod provider_check;
 mod replay;
 mod serve;
 mod test;
@@ -40,6 +42,12 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Search the trace store and show recorded turns, read-only (`search`, `show TURN`)
     Traces(traces::TracesArgs),
+    /// Check that a deployment can serve: configs load, secrets and the digest key are
+    /// present, SQLite files open read-only, `describe` probes answer (exit 1 on any FAIL)
+    Doctor(doctor::DoctorArgs),
+    /// Check a context-provider.v1 endpoint against the contract, rule by rule (exit 1 if
+    /// any rule fails)
+    ProviderCheck(provider_check::ProviderCheckArgs),
 }
 
 /// Runs a parsed command line. Errors are for the caller to print with `{:#}`.
@@ -52,6 +60,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Preview(args) => preview::run(&args),
         Command::Replay(args) => replay::run(&args),
         Command::Traces(args) => traces::run(&args),
+        Command::Doctor(args) => doctor::run(&args),
+        Command::ProviderCheck(args) => provider_check::run(&args),
     }
 }
 

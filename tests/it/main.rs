@@ -1,7 +1,9 @@
 //! Integration tests: the `ctxd` binary run as a user would, on real files.
 
 mod cli_build;
+mod cli_doctor;
 mod cli_preview;
+mod cli_provider_check;
 mod cli_test;
 mod cli_validate;
 mod handles;

@@ -1,0 +1,830 @@
+//! `ctxd doctor [--config F]`: checks that a deployment can actually serve, one line per
+//! check with a verdict (`ok`, `warn`, `FAIL`), then a summary; exit 1 on any `FAIL`.
+//!
+//! Where `ctxd validate` stops at the files and the environment, doctor also touches what
+//! `serve` would touch at start-up, without starting anything:
+//! - the server config, every tenant's Projects and Bindings load (the same loaders and
+//!   cross-checks as `validate`: a required provider without a binding entry fails);
+//! - the environment: tenant API keys by env reference, every `secret_env`, the digest key
+//!   (its env var, or `generate_digest_key` with a usable folder for the key file);
+//! - the trace store's folder accepts a new file (a temp file is created and removed; the
+//!   store itself is neither opened nor migrated);
+//! - each binding entry: SQLite files open read-only and their query prepares with `?1`
+//!   as its only parameter; HTTP endpoints follow the TLS rule and answer a `describe`
+//!   probe within the binding's timeout with a compatible contract and `lookup`.
+//!
+//! Nothing here prints a secret or a lookup value: env vars are named, never shown;
+//! provider failures are a status and a fixed detail. Probes run concurrently on a small
+//! current-thread runtime created by the command; lines keep the config's order.
+
+use crate::config::{
+    ApiKey, Binding, EnvVars, ProviderBinding, ProviderKind, ServerConfig, TenantConfig, TraceStore,
+};
+use crate::project::Project;
+use crate::providers::http::HttpProvider;
+use crate::providers::sqlite::SqliteProvider;
+use crate::providers::{Secret, detail};
+use crate::trace::digest::{GENERATED_KEY_FILE, MIN_KEY_BYTES};
+use clap::Args;
+use futures_util::future::join_all;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::future::Future;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Upper bound on opening one SQLite binding and preparing its query. `open` bounds its
+/// own waits (5 s); this guards the whole step so one stuck file cannot hang the doctor.
+const SQLITE_CHECK_LIMIT: Duration = Duration::from_secs(15);
+/// The public API key of the shipped demo tenant (docs/CONFIGURATION.md).
+const DEMO_API_KEY: &str = "ctxd-demo-key";
+
+#[derive(Debug, Clone, Args)]
+pub struct DoctorArgs {
+    /// The server config to check
+    #[arg(long, default_value = "config/ctxd.toml")]
+    pub config: PathBuf,
+}
+
+/// How one check ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    /// Works, but not as a production deployment should (a generated digest key, the
+    /// public demo API key, a binding entry no project uses).
+    Warn,
+    /// `serve` would refuse to start, or turns would fail.
+    Fail,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "FAIL",
+        }
+    }
+}
+
+/// One line of the report: what was checked (`subject: message`) and the verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub verdict: Verdict,
+    /// `config`, `digest key`, `trace store`, `tenant acme`,
+    /// `tenant acme, provider crm (http)`.
+    pub subject: String,
+    pub message: String,
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:<4}  {}: {}",
+            self.verdict.as_str(),
+            self.subject,
+            self.message
+        )
+    }
+}
+
+/// Every check, in the order of the config.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    fn push(&mut self, verdict: Verdict, subject: impl Into<String>, message: impl Into<String>) {
+        self.checks.push(Check {
+            verdict,
+            subject: subject.into(),
+            message: message.into(),
+        });
+    }
+
+    fn ok(&mut self, subject: impl Into<String>, message: impl Into<String>) {
+        self.push(Verdict::Ok, subject, message);
+    }
+
+    fn warn(&mut self, subject: impl Into<String>, message: impl Into<String>) {
+        self.push(Verdict::Warn, subject, message);
+    }
+
+    fn fail(&mut self, subject: impl Into<String>, message: impl Into<String>) {
+        self.push(Verdict::Fail, subject, message);
+    }
+
+    pub fn count(&self, verdict: Verdict) -> usize {
+        self.checks.iter().filter(|c| c.verdict == verdict).count()
+    }
+
+    /// No `FAIL`: warnings do not fail the doctor.
+    pub fn is_ok(&self) -> bool {
+        self.count(Verdict::Fail) == 0
+    }
+
+    /// `doctor: 9 ok, 1 warn, 0 FAIL`.
+    pub fn summary(&self) -> String {
+        format!(
+            "doctor: {} ok, {} warn, {} FAIL",
+            self.count(Verdict::Ok),
+            self.count(Verdict::Warn),
+            self.count(Verdict::Fail)
+        )
+    }
+}
+
+pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
+    let env = EnvVars::from_process();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let report = runtime.block_on(diagnose(&args.config, &env));
+    let mut out = std::io::stdout().lock();
+    for check in &report.checks {
+        writeln!(out, "{check}")?;
+    }
+    writeln!(out, "{}", report.summary())?;
+    Ok(if report.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Runs every check of a server config. Reads the files, probes the bound providers and
+/// the trace store's folder; takes the environment as a map. Needs a tokio runtime.
+pub async fn diagnose(config: &Path, env: &EnvVars) -> Report {
+    let mut report = Report::default();
+    let file = config.display().to_string();
+    let server = match ServerConfig::load(config) {
+        Ok(server) => server,
+        Err(errors) => {
+            for line in errors.lines() {
+                report.fail("config", line);
+            }
+            report.fail(
+                "config",
+                format!("{file}: nothing else was checked: fix the config first"),
+            );
+            return report;
+        }
+    };
+    report.ok(
+        "config",
+        format!(
+            "{file} loads (listen {}, {})",
+            server.server.listen,
+            plural(server.tenants.len(), "tenant")
+        ),
+    );
+
+    // Environment problems of the config, per tenant where they belong. The digest key
+    // has its own, more thorough check below.
+    let mut tenant_env: HashMap<usize, Vec<String>> = HashMap::new();
+    for error in server.environment_problems(env) {
+        if error.path == "trace.digest_key_env" {
+            continue;
+        }
+        match tenant_index(&error.path) {
+            Some(index) => tenant_env
+                .entry(index)
+                .or_default()
+                .push(format!("{file}: {error}")),
+            None => report.fail("config", format!("{file}: {error}")),
+        }
+    }
+    digest_key(&mut report, &server, env);
+    trace_store(&mut report, &server);
+
+    for (index, tenant) in server.tenants.iter().enumerate() {
+        let subject = format!("tenant {}", tenant.id);
+        match tenant_env.remove(&index) {
+            Some(problems) => {
+                for problem in problems {
+                    report.fail(&subject, problem);
+                }
+            }
+            None => api_key(&mut report, &subject, tenant),
+        }
+        check_tenant(&mut report, tenant, env).await;
+    }
+    report
+}
+
+/// `tenants[3].api_key_env` → 3.
+fn tenant_index(path: &str) -> Option<usize> {
+    let rest = path.strip_prefix("tenants[")?;
+    rest[..rest.find(']')?].parse().ok()
+}
+
+fn plural(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
+fn api_key(report: &mut Report, subject: &str, tenant: &TenantConfig) {
+    let demo: [u8; 32] = Sha256::digest(DEMO_API_KEY.as_bytes()).into();
+    match &tenant.api_key {
+        ApiKey::Sha256(hash) if *hash == demo => {
+            report.warn(
+                subject,
+                format!(
+                    "API key is the public demo key {DEMO_API_KEY:?}: replace it (api_key_env or the hash of your own key) before serving real data"
+                ),
+            );
+        }
+        ApiKey::Sha256(_) => report.ok(subject, "API key configured as a SHA-256 hash"),
+        ApiKey::Env(name) => report.ok(
+            subject,
+            format!("API key from environment variable {name:?}: set"),
+        ),
+    }
+}
+
+/// The folder of the trace store (where a generated digest key is kept, too).
+fn store_paths(server: &ServerConfig) -> (PathBuf, PathBuf) {
+    let store = match &server.trace.store {
+        TraceStore::Sqlite(path) => path.clone(),
+    };
+    let folder = match store.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    (store, folder)
+}
+
+/// The digest key `serve` would use: its env var (at least [`MIN_KEY_BYTES`]), or the
+/// generated key file beside the trace store (existing and long enough, or a folder
+/// where it can be created). The key itself is never read into a message.
+fn digest_key(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
+    const SUBJECT: &str = "digest key";
+    let name = &server.trace.digest_key_env;
+    match env.get(name) {
+        Some(value) if value.len() >= MIN_KEY_BYTES => {
+            report.ok(SUBJECT, format!("environment variable {name:?} is set"));
+            return;
+        }
+        Some("") => {
+            report.fail(
+                SUBJECT,
+                format!(
+                    "environment variable {name:?} is set but empty: serve refuses it (at least {MIN_KEY_BYTES} bytes)"
+                ),
+            );
+            return;
+        }
+        Some(_) => {
+            report.fail(
+                SUBJECT,
+                format!(
+                    "environment variable {name:?} is shorter than {MIN_KEY_BYTES} bytes: serve refuses it"
+                ),
+            );
+            return;
+        }
+        None if !server.trace.generate_digest_key => {
+            report.fail(
+                SUBJECT,
+                format!(
+                    "environment variable {name:?} is not set and generate_digest_key is false: serve refuses to start"
+                ),
+            );
+            return;
+        }
+        None => {}
+    }
+    let (_, folder) = store_paths(server);
+    let key_file = folder.join(GENERATED_KEY_FILE);
+    let shared = format!(
+        "every replica writing the same trace store needs the same key: set {name:?} in a real deployment"
+    );
+    match std::fs::read(&key_file) {
+        Ok(bytes) if bytes.len() >= MIN_KEY_BYTES => report.warn(
+            SUBJECT,
+            format!(
+                "{name:?} is not set; the generated key {} is used ({shared})",
+                key_file.display()
+            ),
+        ),
+        Ok(_) => report.fail(
+            SUBJECT,
+            format!(
+                "{name:?} is not set and the generated key {} is shorter than {MIN_KEY_BYTES} bytes: serve refuses it",
+                key_file.display()
+            ),
+        ),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            match probe_writable(&folder) {
+                Ok(_) => report.warn(
+                    SUBJECT,
+                    format!(
+                        "{name:?} is not set; serve will generate {} ({shared})",
+                        key_file.display()
+                    ),
+                ),
+                Err(problem) => report.fail(
+                    SUBJECT,
+                    format!(
+                        "{name:?} is not set and the generated key {} cannot be created: {problem}",
+                        key_file.display()
+                    ),
+                ),
+            }
+        }
+        Err(error) => report.fail(
+            SUBJECT,
+            format!(
+                "{name:?} is not set and the generated key {} cannot be read: {error}",
+                key_file.display()
+            ),
+        ),
+    }
+}
+
+/// The trace store's folder accepts new files (the store, its WAL and journal). The
+/// store is not opened: opening would create or migrate it.
+fn trace_store(report: &mut Report, server: &ServerConfig) {
+    const SUBJECT: &str = "trace store";
+    let (store, folder) = store_paths(server);
+    match probe_writable(&folder) {
+        Err(problem) => report.fail(
+            SUBJECT,
+            format!(
+                "{} cannot be written: {problem}",
+                store.display()
+            ),
+        ),
+        Ok(_) if std::fs::metadata(&store).is_ok_and(|m| m.permissions().readonly()) => report
+            .fail(
+                SUBJECT,
+                format!("{} is a read-only file: serve cannot write traces", store.display()),
+            ),
+        Ok(Probe::Existing) => report.ok(
+            SUBJECT,
+            format!(
+                "folder {} is writable (a temp file was created and removed; the store {} was not opened)",
+                folder.display(),
+                store.display()
+            ),
+        ),
+        Ok(Probe::Ancestor(ancestor)) => report.ok(
+            SUBJECT,
+            format!(
+                "folder {} does not exist yet; serve creates it in {}, which is writable (a temp file was created and removed)",
+                folder.display(),
+                ancestor.display()
+            ),
+        ),
+    }
+}
+
+/// Where [`probe_writable`] could create a file.
+enum Probe {
+    /// In the folder itself.
+    Existing,
+    /// The folder does not exist; its nearest existing ancestor accepted the file.
+    Ancestor(PathBuf),
+}
+
+/// Creates and removes a uniquely named temp file in `folder`, or in its nearest existing
+/// ancestor when the folder does not exist yet (serve creates missing folders).
+fn probe_writable(folder: &Path) -> Result<Probe, String> {
+    let mut target = folder.to_path_buf();
+    let mut existing = true;
+    while !target.is_dir() {
+        if target.exists() {
+            return Err(format!("{} is not a folder", target.display()));
+        }
+        existing = false;
+        target = match target.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if target == Path::new(".") && !target.is_dir() {
+            return Err("the current folder is gone".to_owned());
+        }
+    }
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| format!("no randomness: {e}"))?;
+    let probe = target.join(format!(
+        ".ctxd-doctor-{}-{}.tmp",
+        std::process::id(),
+        hex::encode(random)
+    ));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .and_then(|mut file| file.write_all(b"ctxd doctor\n"));
+    let removed = std::fs::remove_file(&probe);
+    written.map_err(|e| format!("cannot create a file in {}: {e}", target.display()))?;
+    removed.map_err(|e| format!("cannot remove {}: {e}", probe.display()))?;
+    Ok(if existing {
+        Probe::Existing
+    } else {
+        Probe::Ancestor(target)
+    })
+}
+
+/// One binding file as a tenant's projects use it.
+struct BindingUse {
+    path: PathBuf,
+    binding: Option<Binding>,
+    /// Provider ids the projects using this binding declare.
+    declared: BTreeSet<String>,
+    /// Whether every project using it loaded, so `declared` is complete.
+    all_projects_loaded: bool,
+}
+
+type Probes<'a> = Vec<Pin<Box<dyn Future<Output = Vec<Check>> + 'a>>>;
+
+async fn check_tenant(report: &mut Report, tenant: &TenantConfig, env: &EnvVars) {
+    let subject = format!("tenant {}", tenant.id);
+    let mut uses: Vec<BindingUse> = Vec::new();
+    let mut project_ids: HashMap<String, PathBuf> = HashMap::new();
+    for reference in &tenant.projects {
+        let project_file = reference.path.display().to_string();
+        let project = match Project::load(&reference.path) {
+            Ok(project) => {
+                report.ok(
+                    &subject,
+                    format!(
+                        "project {} {} loads ({project_file}, {})",
+                        project.id(),
+                        project.doc.version,
+                        plural(project.providers.len(), "provider")
+                    ),
+                );
+                Some(project)
+            }
+            Err(error) => {
+                for line in error.problems() {
+                    let line = if line.starts_with(&project_file) {
+                        line
+                    } else {
+                        format!("{project_file}: {line}")
+                    };
+                    report.fail(&subject, format!("project {line}"));
+                }
+                None
+            }
+        };
+        let position = match uses.iter().position(|u| u.path == reference.binding) {
+            Some(position) => position,
+            None => {
+                let binding_file = reference.binding.display().to_string();
+                let binding = match Binding::load(&reference.binding) {
+                    Ok(binding) => {
+                        report.ok(
+                            &subject,
+                            format!(
+                                "binding {binding_file} loads (revision {:?}, {}, {})",
+                                binding.revision,
+                                plural(binding.providers.len(), "provider"),
+                                binding.digest
+                            ),
+                        );
+                        Some(binding)
+                    }
+                    Err(errors) => {
+                        for line in errors.lines() {
+                            report.fail(&subject, format!("binding {line}"));
+                        }
+                        None
+                    }
+                };
+                uses.push(BindingUse {
+                    path: reference.binding.clone(),
+                    binding,
+                    declared: BTreeSet::new(),
+                    all_projects_loaded: true,
+                });
+                uses.len() - 1
+            }
+        };
+        let use_ = &mut uses[position];
+        let Some(project) = project else {
+            use_.all_projects_loaded = false;
+            continue;
+        };
+        if let Some(first) = project_ids.insert(project.id().to_owned(), reference.path.clone()) {
+            report.fail(
+                &subject,
+                format!(
+                    "project {} ({project_file}) is already served by this tenant from {}",
+                    project.id(),
+                    first.display()
+                ),
+            );
+        }
+        for spec in &project.providers {
+            use_.declared.insert(spec.id.clone());
+            if let Some(binding) = &use_.binding
+                && !binding.providers.contains_key(&spec.id)
+            {
+                report.fail(
+                    format!("{subject}, provider {}", spec.id),
+                    format!(
+                        "required by project {} but {} has no entry for it: its layers would be NOT_BOUND",
+                        project.id(),
+                        use_.path.display()
+                    ),
+                );
+            }
+        }
+    }
+
+    let mut probes: Probes<'_> = Vec::new();
+    for use_ in &uses {
+        let Some(binding) = &use_.binding else {
+            continue;
+        };
+        for provider in binding.providers.values() {
+            let subject = format!(
+                "{subject}, provider {} ({})",
+                provider.id,
+                provider.kind.type_name()
+            );
+            if use_.all_projects_loaded && !use_.declared.contains(&provider.id) {
+                report.warn(
+                    &subject,
+                    format!(
+                        "no project of the tenant that uses {} declares it: serve never calls it (ctxd validate reports it)",
+                        use_.path.display()
+                    ),
+                );
+            }
+            probes.push(Box::pin(check_provider(subject, provider, env)));
+        }
+    }
+    for checks in join_all(probes).await {
+        report.checks.extend(checks);
+    }
+}
+
+/// The checks of one binding entry, by type.
+async fn check_provider(subject: String, provider: &ProviderBinding, env: &EnvVars) -> Vec<Check> {
+    let mut report = Report::default();
+    match &provider.kind {
+        ProviderKind::Sqlite { database, query } => {
+            check_sqlite(&mut report, &subject, provider, database, query).await;
+        }
+        ProviderKind::Http {
+            endpoint,
+            secret_env,
+        } => {
+            check_http(
+                &mut report,
+                &subject,
+                provider,
+                endpoint,
+                secret_env.as_deref(),
+                env,
+            )
+            .await;
+        }
+        #[allow(unreachable_patterns)] // provider types this version does not serve yet
+        other => report.fail(
+            &subject,
+            format!(
+                "provider type {} is not available in this version",
+                other.type_name()
+            ),
+        ),
+    }
+    report.checks
+}
+
+/// Opens the file read-only and prepares the query, exactly as `serve` does at start-up,
+/// then closes the pool. Whether a write is refused is the provider's own tested
+/// guarantee, not re-tested here.
+async fn check_sqlite(
+    report: &mut Report,
+    subject: &str,
+    provider: &ProviderBinding,
+    database: &Path,
+    query: &str,
+) {
+    let opened = tokio::time::timeout(
+        SQLITE_CHECK_LIMIT,
+        SqliteProvider::open(database, query, &provider.pool),
+    )
+    .await;
+    let sqlite = match opened {
+        Err(_) => {
+            report.fail(
+                subject,
+                format!(
+                    "database {}: not opened within {} s",
+                    database.display(),
+                    SQLITE_CHECK_LIMIT.as_secs()
+                ),
+            );
+            return;
+        }
+        Ok(Err(error)) => {
+            report.fail(subject, error.to_string());
+            return;
+        }
+        Ok(Ok(sqlite)) => sqlite,
+    };
+    let checked = tokio::time::timeout(SQLITE_CHECK_LIMIT, sqlite.check()).await;
+    sqlite.close();
+    match checked {
+        Ok(Ok(())) => report.ok(
+            subject,
+            format!(
+                "database {} opens read-only and the query prepares with ?1 as its only parameter (version {})",
+                database.display(),
+                provider.version.as_deref().unwrap_or("-")
+            ),
+        ),
+        Ok(Err(problem)) => report.fail(subject, problem),
+        Err(_) => report.fail(
+            subject,
+            format!(
+                "database {}: readiness check did not finish within {} s",
+                database.display(),
+                SQLITE_CHECK_LIMIT.as_secs()
+            ),
+        ),
+    }
+}
+
+/// TLS rule, secret presence, then a `describe` probe within the binding's timeout.
+async fn check_http(
+    report: &mut Report,
+    subject: &str,
+    provider: &ProviderBinding,
+    endpoint: &url::Url,
+    secret_env: Option<&str>,
+    env: &EnvVars,
+) {
+    if endpoint.scheme() == "https" {
+        report.ok(subject, format!("endpoint {endpoint} uses https"));
+    } else {
+        report.ok(
+            subject,
+            format!(
+                "endpoint {endpoint} is plain http to a loopback host, which is allowed only for loopback (https everywhere else)"
+            ),
+        );
+    }
+    let secret = match secret_env {
+        None => None,
+        Some(name) => match env.get(name) {
+            None | Some("") => {
+                let state = if env.get(name).is_some() {
+                    "is empty"
+                } else {
+                    "is not set"
+                };
+                report.fail(
+                    subject,
+                    format!(
+                        "secret_env: environment variable {name:?} {state}: the provider cannot authenticate (describe not probed)"
+                    ),
+                );
+                return;
+            }
+            Some(value) => {
+                report.ok(
+                    subject,
+                    format!("secret_env: environment variable {name:?} is set"),
+                );
+                Some(Secret::new(value))
+            }
+        },
+    };
+    let client = match HttpProvider::new(endpoint.clone(), secret, &provider.pool, provider.timeout)
+    {
+        Ok(client) => client,
+        Err(error) => {
+            report.fail(subject, format!("cannot set up the client: {error}"));
+            return;
+        }
+    };
+    let timeout_ms = provider.timeout.as_millis();
+    let started = Instant::now();
+    match client.describe(started + provider.timeout).await {
+        Ok(described) => report.ok(
+            subject,
+            format!(
+                "describe answered context-provider.v1 with the lookup capability, version {} ({} ms, timeout {timeout_ms} ms)",
+                described.version.as_deref().unwrap_or("not reported"),
+                started.elapsed().as_millis()
+            ),
+        ),
+        Err(outcome) => {
+            let detail = outcome.detail.as_deref().unwrap_or("");
+            let status = if detail.is_empty() {
+                outcome.status.to_string()
+            } else {
+                format!("{} ({detail})", outcome.status)
+            };
+            report.fail(
+                subject,
+                format!(
+                    "describe failed: {status}: {}",
+                    explain(detail, &outcome.status.to_string(), timeout_ms)
+                ),
+            );
+        }
+    }
+}
+
+/// What a failed `describe` means, in words an operator can act on.
+fn explain(detail: &str, status: &str, timeout_ms: u128) -> String {
+    match detail {
+        detail::CONNECT_FAILED => {
+            "nothing answered at the endpoint (connection refused, unreachable, DNS or TLS)"
+                .to_owned()
+        }
+        detail::CONNECTION_RESET => "the connection closed before a complete answer".to_owned(),
+        detail::DEADLINE => format!("no complete answer within the binding's {timeout_ms} ms"),
+        detail::WRONG_CONTRACT => "the answer is not context-provider.v1".to_owned(),
+        detail::NO_LOOKUP_CAPABILITY => {
+            "the answer's capabilities do not include lookup".to_owned()
+        }
+        detail::REDIRECT_REFUSED => {
+            "the endpoint answered a redirect, which ctxd never follows: bind the final URL"
+                .to_owned()
+        }
+        detail::UNAUTHORIZED => "the endpoint refused the credential (401/403)".to_owned(),
+        detail::CREDENTIAL_REFLECTED => {
+            "the answer echoed the bound secret, which ctxd refuses".to_owned()
+        }
+        detail::RESPONSE_TOO_LARGE => "the answer is larger than 1 MiB".to_owned(),
+        detail::MALFORMED => "the answer is not a describe answer".to_owned(),
+        code if code.starts_with("HTTP_") => {
+            format!("the endpoint answered HTTP {}", &code["HTTP_".len()..])
+        }
+        "" if status == "NOT_FOUND" => "the endpoint answered 404 to describe".to_owned(),
+        other => format!("the provider answer was refused ({other})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_indexes_come_from_config_paths() {
+        assert_eq!(tenant_index("tenants[0].api_key_env"), Some(0));
+        assert_eq!(tenant_index("tenants[12].api_key_env"), Some(12));
+        assert_eq!(tenant_index("trace.digest_key_env"), None);
+        assert_eq!(tenant_index("tenants[x]"), None);
+    }
+
+    #[test]
+    fn checks_print_verdict_subject_and_message() {
+        let mut report = Report::default();
+        report.ok("config", "loads");
+        report.warn("digest key", "generated");
+        report.fail("tenant acme, provider crm (http)", "describe failed");
+        let lines: Vec<String> = report.checks.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            lines,
+            [
+                "ok    config: loads",
+                "warn  digest key: generated",
+                "FAIL  tenant acme, provider crm (http): describe failed",
+            ]
+        );
+        assert!(!report.is_ok());
+        assert_eq!(report.summary(), "doctor: 1 ok, 1 warn, 1 FAIL");
+    }
+
+    #[test]
+    fn the_write_probe_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(probe_writable(dir.path()), Ok(Probe::Existing)));
+        let missing = dir.path().join("a/b");
+        match probe_writable(&missing) {
+            Ok(Probe::Ancestor(ancestor)) => assert_eq!(ancestor, dir.path()),
+            other => panic!("{:?}", other.err()),
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        assert!(probe_writable(&file.join("sub")).is_err());
+    }
+
+    #[test]
+    fn failed_describes_are_explained() {
+        assert!(explain("CONNECT_FAILED", "UNAVAILABLE", 800).contains("nothing answered"));
+        assert!(explain("DEADLINE", "TIMEOUT", 800).contains("800 ms"));
+        assert_eq!(
+            explain("HTTP_503", "UNAVAILABLE", 800),
+            "the endpoint answered HTTP 503"
+        );
+        assert!(explain("", "NOT_FOUND", 800).contains("404"));
+    }
+}

@@ -1,0 +1,865 @@
+//! `ctxd provider-check URL`: a conformance check for provider authors. It speaks the
+//! `context-provider.v1` wire to one endpoint and reports each rule of the contract as
+//! `PASS`, `FAIL` or `SKIP` with a detail; exit 1 if any rule failed.
+//!
+//! It uses its own small client rather than `HttpProvider`, because it must see what
+//! ctxd only classifies: raw statuses, header names, bodies. The client has the same
+//! stance as ctxd's: redirects never followed, no proxy from the environment, no
+//! retries, every exchange bounded by `--timeout-ms`, bodies read up to 1 MiB. Nothing is
+//! sent before the `https` rule passes, so a plain-http URL to a non-loopback host is
+//! never contacted.
+//!
+//! Exchanges, in order: `describe`, a lookup of `--value` with `--limit`, the same lookup
+//! with limit 1, and a lookup of a fresh random value that no provider can hold
+//! (`ctxd-check-<16 hex>`). The rules judge those answers; `no-redirects` and
+//! `no-credential-reflection` look at all of them. The bound secret is never printed:
+//! where it was found is reported by exchange and header name.
+
+use crate::config::{EnvVars, is_valid_id};
+use crate::contract::{CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse};
+use crate::providers::bounds::{self, MAX_ITEMS, MAX_RESPONSE_BYTES};
+use crate::providers::secrets;
+use anyhow::{Context as _, bail};
+use clap::{Args, ValueEnum};
+use futures_util::StreamExt;
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use serde::Serialize;
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+use url::{Host, Url};
+
+/// Longest provider-reported label (contract, version, capability) shown in a detail.
+const MAX_SHOWN_CHARS: usize = 64;
+
+#[derive(Debug, Clone, Args)]
+pub struct ProviderCheckArgs {
+    /// The provider endpoint: https://…, or http:// to a loopback host
+    pub url: String,
+    /// Environment variable holding the bearer secret to send; answers are then checked
+    /// for reflecting it
+    #[arg(long, value_name = "VAR")]
+    pub secret_env: Option<String>,
+    /// A lookup value the provider holds a record for (base grammar
+    /// `^[A-Za-z0-9][A-Za-z0-9._:@-]{0,255}$`)
+    #[arg(long, default_value = "CUST-1042")]
+    pub value: String,
+    /// The lookup key name sent in the body
+    #[arg(long, default_value = "customerId")]
+    pub key: String,
+    /// The provider id sent in the body
+    #[arg(long, default_value = "customer-data")]
+    pub provider: String,
+    /// The `limit` of the first lookup (1..=100)
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub limit: u32,
+    /// Deadline of each exchange, in milliseconds (50..=10000, as in bindings)
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(50..=10_000))]
+    pub timeout_ms: u64,
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Human,
+    Json,
+}
+
+/// How a rule ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Verdict {
+    Pass,
+    Fail,
+    /// Could not be judged (no secret bound, nothing answered); does not fail the check.
+    Skip,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "PASS",
+            Verdict::Fail => "FAIL",
+            Verdict::Skip => "SKIP",
+        }
+    }
+}
+
+/// One rule's result: `PASS rule: detail`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleResult {
+    pub rule: &'static str,
+    pub verdict: Verdict,
+    pub detail: String,
+}
+
+/// Every rule checked, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Conformance {
+    pub url: String,
+    pub contract: &'static str,
+    pub rules: Vec<RuleResult>,
+}
+
+impl Conformance {
+    fn push(&mut self, rule: &'static str, verdict: Verdict, detail: impl Into<String>) {
+        self.rules.push(RuleResult {
+            rule,
+            verdict,
+            detail: detail.into(),
+        });
+    }
+
+    fn judged(&mut self, rule: &'static str, judgement: Result<String, String>) {
+        match judgement {
+            Ok(detail) => self.push(rule, Verdict::Pass, detail),
+            Err(detail) => self.push(rule, Verdict::Fail, detail),
+        }
+    }
+
+    pub fn count(&self, verdict: Verdict) -> usize {
+        self.rules.iter().filter(|r| r.verdict == verdict).count()
+    }
+
+    pub fn passed(&self) -> bool {
+        self.count(Verdict::Fail) == 0
+    }
+
+    /// `provider-check: 7 passed, 0 failed, 1 skipped`.
+    pub fn summary(&self) -> String {
+        format!(
+            "provider-check: {} passed, {} failed, {} skipped",
+            self.count(Verdict::Pass),
+            self.count(Verdict::Fail),
+            self.count(Verdict::Skip)
+        )
+    }
+
+    fn human(&self) -> String {
+        let mut out = format!("checking {} against {}\n", self.url, self.contract);
+        for rule in &self.rules {
+            let _ = writeln!(
+                out,
+                "{} {}: {}",
+                rule.verdict.as_str(),
+                rule.rule,
+                rule.detail
+            );
+        }
+        let _ = writeln!(out, "{}", self.summary());
+        out
+    }
+
+    fn json(&self) -> Value {
+        serde_json::json!({
+            "url": self.url,
+            "contract": self.contract,
+            "passed": self.passed(),
+            "counts": {
+                "passed": self.count(Verdict::Pass),
+                "failed": self.count(Verdict::Fail),
+                "skipped": self.count(Verdict::Skip),
+            },
+            "rules": self.rules,
+        })
+    }
+}
+
+/// The checked arguments.
+struct Target {
+    url: Url,
+    /// The bearer secret: sent as `Authorization`, looked for in answers, never printed.
+    secret: Option<String>,
+    value: String,
+    key: String,
+    provider: String,
+    limit: u32,
+    timeout: Duration,
+}
+
+pub fn run(args: &ProviderCheckArgs) -> anyhow::Result<ExitCode> {
+    let target = target(args, &EnvVars::from_process())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let conformance = runtime.block_on(check(&target))?;
+    match args.format {
+        Format::Human => print!("{}", conformance.human()),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&conformance.json())?),
+    }
+    Ok(if conformance.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Checks the arguments; an error names the argument and never shows the secret or the
+/// value.
+fn target(args: &ProviderCheckArgs, env: &EnvVars) -> anyhow::Result<Target> {
+    let url = Url::parse(&args.url).with_context(|| format!("URL {:?} is not a URL", args.url))?;
+    if !url.username().is_empty() || url.password().is_some() {
+        bail!("URL: carries a user name or password: pass the credential with --secret-env");
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        bail!(
+            "URL: has a query string or fragment: ctxd refuses them in a binding, request data travels only in the body"
+        );
+    }
+    if crate::gate::check_value(&args.value, None).is_some() {
+        bail!(
+            "--value: does not match the base grammar {}",
+            crate::project::BASE_VALUE_GRAMMAR
+        );
+    }
+    if args.key.is_empty() {
+        bail!("--key: must not be empty");
+    }
+    if !is_valid_id(&args.provider) {
+        bail!(
+            "--provider: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        );
+    }
+    let secret = match &args.secret_env {
+        None => None,
+        Some(name) => match env.get(name) {
+            None => bail!("--secret-env: environment variable {name:?} is not set"),
+            Some("") => bail!("--secret-env: environment variable {name:?} is empty"),
+            Some(value) => Some(value.to_owned()),
+        },
+    };
+    Ok(Target {
+        url,
+        secret,
+        value: args.value.clone(),
+        key: args.key.clone(),
+        provider: args.provider.clone(),
+        limit: args.limit,
+        timeout: Duration::from_millis(args.timeout_ms),
+    })
+}
+
+/// Runs the rules against the endpoint. Errors only when the client cannot be built.
+async fn check(target: &Target) -> anyhow::Result<Conformance> {
+    let mut report = Conformance {
+        url: target.url.to_string(),
+        contract: CONTRACT,
+        rules: Vec::new(),
+    };
+    match https_rule(&target.url) {
+        Ok(detail) => report.push("https", Verdict::Pass, detail),
+        Err(detail) => {
+            report.push("https", Verdict::Fail, detail);
+            return Ok(report);
+        }
+    }
+
+    let client = Client::new(target)?;
+    let describe = client
+        .exchange("describe", serde_json::to_vec(&DescribeRequest::default())?)
+        .await;
+    let lookup_body = |value: &str, limit: u32| {
+        serde_json::to_vec(&LookupRequest::new(
+            &target.provider,
+            &target.key,
+            value,
+            limit,
+        ))
+    };
+    let lookup = client
+        .exchange("lookup", lookup_body(&target.value, target.limit)?)
+        .await;
+    let limited = client
+        .exchange("lookup with limit 1", lookup_body(&target.value, 1)?)
+        .await;
+    let absent_value = absent_value()?;
+    let absent = client
+        .exchange(
+            "not-found lookup",
+            lookup_body(&absent_value, target.limit)?,
+        )
+        .await;
+
+    report.judged("describe", describe_rule(&describe));
+    let first = lookup_rule(&lookup, target.limit);
+    let first_items = first.as_ref().ok().map(|(count, _)| *count);
+    report.judged("lookup", first.map(|(_, detail)| detail));
+    match limit_rule(&limited, &lookup, first_items) {
+        Judgement::Pass(detail) => report.push("limit-honoured", Verdict::Pass, detail),
+        Judgement::Fail(detail) => report.push("limit-honoured", Verdict::Fail, detail),
+        Judgement::Skip(detail) => report.push("limit-honoured", Verdict::Skip, detail),
+    }
+    report.judged("not-found", not_found_rule(&absent, &absent_value));
+
+    let exchanges = [&describe, &lookup, &limited, &absent];
+    match redirect_rule(&exchanges) {
+        Judgement::Pass(detail) => report.push("no-redirects", Verdict::Pass, detail),
+        Judgement::Fail(detail) => report.push("no-redirects", Verdict::Fail, detail),
+        Judgement::Skip(detail) => report.push("no-redirects", Verdict::Skip, detail),
+    }
+    match reflection_rule(&exchanges, target.secret.as_deref()) {
+        Judgement::Pass(detail) => report.push("no-credential-reflection", Verdict::Pass, detail),
+        Judgement::Fail(detail) => report.push("no-credential-reflection", Verdict::Fail, detail),
+        Judgement::Skip(detail) => report.push("no-credential-reflection", Verdict::Skip, detail),
+    }
+    report.push(
+        "value-in-body-only",
+        Verdict::Pass,
+        format!(
+            "every request was POST {} with the same URL and no query; the lookup value travelled only in the JSON body (ctxd never puts request data in the URL)",
+            target.url
+        ),
+    );
+    Ok(report)
+}
+
+/// A rule that may not be judgeable.
+enum Judgement {
+    Pass(String),
+    Fail(String),
+    Skip(String),
+}
+
+/// `ctxd-check-<16 hex>`: in the base grammar, and no real record's id.
+fn absent_value() -> anyhow::Result<String> {
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    Ok(format!("ctxd-check-{}", hex::encode(random)))
+}
+
+/// `https://`, or `http://` to a loopback host exactly as bindings define it (the name
+/// `localhost`, 127.0.0.0/8, `[::1]`).
+fn https_rule(url: &Url) -> Result<String, String> {
+    let host = match url.host() {
+        Some(Host::Domain("")) | None => return Err("the URL has no host".to_owned()),
+        Some(host) => host,
+    };
+    match url.scheme() {
+        "https" => Ok("the URL is https".to_owned()),
+        "http" if is_loopback(&host) => Ok(format!(
+            "plain http to the loopback host {host}: allowed only for loopback (https everywhere else)"
+        )),
+        "http" => Err(format!(
+            "http:// to {host}, which is not loopback (localhost, 127.0.0.0/8, [::1]): ctxd refuses it, use https://; no request was sent"
+        )),
+        other => Err(format!(
+            "scheme {other:?} is not supported: use https:// (http:// only to a loopback host); no request was sent"
+        )),
+    }
+}
+
+fn is_loopback(host: &Host<&str>) -> bool {
+    match host {
+        Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
+        Host::Ipv4(ip) => ip.is_loopback(),
+        Host::Ipv6(ip) => ip.is_loopback(),
+    }
+}
+
+/// The raw client: ctxd's stance, but every answer is kept whole for the rules.
+struct Client {
+    http: reqwest::Client,
+    url: Url,
+    authorization: Option<HeaderValue>,
+    timeout: Duration,
+}
+
+/// One request and what came back.
+struct Exchange {
+    /// `describe`, `lookup`, … — for details.
+    label: &'static str,
+    /// The answer, or why there was none (no URL, no secret in the text).
+    answer: Result<Answer, String>,
+}
+
+struct Answer {
+    status: u16,
+    headers: HeaderMap,
+    /// At most [`MAX_RESPONSE_BYTES`].
+    body: Vec<u8>,
+    /// The body was larger than [`MAX_RESPONSE_BYTES`]; only the start was read.
+    too_large: bool,
+}
+
+impl Client {
+    fn new(target: &Target) -> anyhow::Result<Client> {
+        let http = reqwest::Client::builder()
+            .tls_backend_rustls()
+            .redirect(reqwest::redirect::Policy::none())
+            .retry(reqwest::retry::never())
+            .no_proxy()
+            .connect_timeout(target.timeout)
+            .timeout(target.timeout)
+            .user_agent(concat!("ctxd-provider-check/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .context("cannot build the HTTP client")?;
+        let authorization = match &target.secret {
+            None => None,
+            Some(secret) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {secret}")).map_err(|_| {
+                    anyhow::anyhow!(
+                        "--secret-env: the secret cannot be sent in an HTTP header (control characters or non-ASCII)"
+                    )
+                })?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
+        Ok(Client {
+            http,
+            url: target.url.clone(),
+            authorization,
+            timeout: target.timeout,
+        })
+    }
+
+    /// `POST`s `body` and reads the whole answer, whatever its status, within the
+    /// timeout and the size limit.
+    async fn exchange(&self, label: &'static str, body: Vec<u8>) -> Exchange {
+        let answer = match tokio::time::timeout(self.timeout, self.send(body)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(format!(
+                "no complete answer within {} ms",
+                self.timeout.as_millis()
+            )),
+        };
+        Exchange { label, answer }
+    }
+
+    async fn send(&self, body: Vec<u8>) -> Result<Answer, String> {
+        let mut request = self
+            .http
+            .post(self.url.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json")
+            .body(body);
+        if let Some(authorization) = &self.authorization {
+            request = request.header(AUTHORIZATION, authorization.clone());
+        }
+        let response = request.send().await.map_err(|e| self.transport(&e))?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let mut too_large = response
+            .content_length()
+            .is_some_and(|length| length > MAX_RESPONSE_BYTES as u64);
+        let mut body = Vec::new();
+        if !too_large {
+            let mut stream = response.bytes_stream();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| self.transport(&e))?;
+                if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                    let room = MAX_RESPONSE_BYTES - body.len();
+                    body.extend_from_slice(&chunk[..room]);
+                    too_large = true;
+                    break;
+                }
+                body.extend_from_slice(&chunk);
+            }
+        }
+        Ok(Answer {
+            status,
+            headers,
+            body,
+            too_large,
+        })
+    }
+
+    /// A transport error by kind: reqwest's own text is not used (it repeats the URL).
+    fn transport(&self, error: &reqwest::Error) -> String {
+        if error.is_connect() {
+            "connect failed (refused, unreachable, DNS or TLS)".to_owned()
+        } else if error.is_timeout() {
+            format!("no complete answer within {} ms", self.timeout.as_millis())
+        } else {
+            "the connection closed or was reset before a complete answer".to_owned()
+        }
+    }
+}
+
+/// A provider-reported label, shortened and quoted so it cannot garble a line.
+fn shown(text: &str) -> String {
+    let short: String = text.chars().take(MAX_SHOWN_CHARS).collect();
+    if short.len() < text.len() {
+        format!("{short:?}…")
+    } else {
+        format!("{short:?}")
+    }
+}
+
+/// Why a status is not the expected one, with what to do about it.
+fn status_problem(label: &str, status: u16, expected: u16) -> String {
+    match status {
+        300..=399 => format!(
+            "{label} answered {status}, a redirect: ctxd never follows redirects, serve the contract at this URL"
+        ),
+        401 | 403 => format!(
+            "{label} answered {status}: the credential was refused (bind it with --secret-env)"
+        ),
+        404 if expected == 200 => format!(
+            "{label} answered 404 (no record): pass a --value that has a record so the answer can be checked"
+        ),
+        _ => format!("{label} answered HTTP {status}, expected {expected}"),
+    }
+}
+
+/// The answer's JSON object with the right `contract`, or why not.
+fn contract_object(label: &str, answer: &Answer) -> Result<serde_json::Map<String, Value>, String> {
+    if answer.too_large {
+        return Err(format!(
+            "the {label} answer is larger than {MAX_RESPONSE_BYTES} bytes (1 MiB)"
+        ));
+    }
+    let value: Value = serde_json::from_slice(&answer.body)
+        .map_err(|_| format!("the {label} answer is not JSON"))?;
+    let Value::Object(object) = value else {
+        return Err(format!("the {label} answer is not a JSON object"));
+    };
+    match object.get("contract") {
+        Some(Value::String(contract)) if contract == CONTRACT => Ok(object),
+        Some(Value::String(contract)) => Err(format!(
+            "the {label} answer has contract {}, expected {CONTRACT:?}",
+            shown(contract)
+        )),
+        Some(_) => Err(format!("the {label} answer's contract is not a string")),
+        None => Err(format!("the {label} answer has no contract field")),
+    }
+}
+
+/// A secret pattern in a label that traces keep (version, revision).
+fn label_secret(name: &str, label: Option<&str>) -> Result<(), String> {
+    match label.and_then(secrets::scan) {
+        Some(detector) => Err(format!(
+            "{name} looks like a secret ({}); ctxd refuses the answer",
+            detector.name()
+        )),
+        None => Ok(()),
+    }
+}
+
+/// 200, the contract, and `lookup` among the capabilities.
+fn describe_rule(exchange: &Exchange) -> Result<String, String> {
+    let answer = exchange
+        .answer
+        .as_ref()
+        .map_err(|e| format!("describe: {e}"))?;
+    if answer.status != 200 {
+        return Err(status_problem("describe", answer.status, 200));
+    }
+    let object = contract_object("describe", answer)?;
+    let described: DescribeResponse = serde_json::from_value(Value::Object(object))
+        .map_err(|e| format!("the describe answer is malformed: {e}"))?;
+    if !described.capabilities.iter().any(|c| c == "lookup") {
+        let listed: Vec<String> = described.capabilities.iter().map(|c| shown(c)).collect();
+        return Err(format!(
+            "capabilities [{}] do not include \"lookup\"",
+            listed.join(", ")
+        ));
+    }
+    label_secret("version", described.version.as_deref())?;
+    Ok(match &described.version {
+        Some(version) => format!(
+            "200, contract {CONTRACT}, capabilities include lookup, version {}",
+            shown(version)
+        ),
+        None => format!(
+            "200, contract {CONTRACT}, capabilities include lookup, no version reported (ctxd then reports the binding's version)"
+        ),
+    })
+}
+
+/// A lookup answer held to the contract: `(items, detail)` when it passes.
+fn lookup_rule(exchange: &Exchange, limit: u32) -> Result<(usize, String), String> {
+    let answer = exchange
+        .answer
+        .as_ref()
+        .map_err(|e| format!("lookup: {e}"))?;
+    if answer.status != 200 {
+        return Err(status_problem("lookup", answer.status, 200));
+    }
+    let response = parse_lookup("lookup", answer)?;
+    bounds::check_items(&response.items, limit)
+        .map_err(|violation| format!("{violation} (requested limit {limit}, at most {MAX_ITEMS}; items at most 64 KiB with a non-empty id; no secret patterns)"))?;
+    label_secret("version", response.version.as_deref())?;
+    label_secret("revision", response.revision.as_deref())?;
+    let count = response.items.len();
+    let mut detail = format!(
+        "200, {} (limit {limit}), currentness {}, version {}, revision {}",
+        items(count),
+        response.currentness.as_str(),
+        response.version.as_deref().map_or("-".to_owned(), shown),
+        response.revision.as_deref().map_or("-".to_owned(), shown),
+    );
+    if count == 0 {
+        detail.push_str(
+            "; no item to check: a value without a record should answer 404, pass a --value that has one",
+        );
+    }
+    Ok((count, detail))
+}
+
+fn items(count: usize) -> String {
+    format!("{count} item{}", if count == 1 { "" } else { "s" })
+}
+
+/// The contract, `currentness` and the item shape of a lookup answer.
+fn parse_lookup(label: &str, answer: &Answer) -> Result<LookupResponse, String> {
+    let object = contract_object(label, answer)?;
+    match object.get("currentness") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(c)) if ["CURRENT", "STALE", "UNKNOWN"].contains(&c.as_str()) => {}
+        Some(other) => {
+            let text = other.as_str().map_or_else(|| other.to_string(), shown);
+            return Err(format!(
+                "the {label} answer has currentness {text}: use CURRENT, STALE or UNKNOWN"
+            ));
+        }
+    }
+    if !object.get("items").is_some_and(Value::is_array) {
+        return Err(format!("the {label} answer has no items array"));
+    }
+    serde_json::from_value(Value::Object(object))
+        .map_err(|e| format!("the {label} answer is malformed: {e}"))
+}
+
+/// The lookup with limit 1 returns at most one item.
+fn limit_rule(limited: &Exchange, first: &Exchange, first_items: Option<usize>) -> Judgement {
+    let answer = match &limited.answer {
+        Ok(answer) => answer,
+        Err(e) => return Judgement::Fail(format!("{}: {e}", limited.label)),
+    };
+    match answer.status {
+        200 => match parse_lookup(limited.label, answer) {
+            Err(problem) => Judgement::Fail(problem),
+            Ok(response) if response.items.len() > 1 => Judgement::Fail(format!(
+                "a lookup with limit 1 returned {}: honour the requested limit",
+                items(response.items.len())
+            )),
+            Ok(response) => {
+                let mut detail = format!(
+                    "a lookup with limit 1 returned {}",
+                    items(response.items.len())
+                );
+                if first_items.is_some_and(|n| n <= 1) {
+                    detail.push_str(
+                        " (the value has at most 1 record, so this shows little: use a --value with 2 or more)",
+                    );
+                }
+                Judgement::Pass(detail)
+            }
+        },
+        404 if first.answer.as_ref().is_ok_and(|a| a.status == 404) => Judgement::Skip(
+            "the --value has no record (404), so the limit cannot be observed".to_owned(),
+        ),
+        status => Judgement::Fail(status_problem(limited.label, status, 200)),
+    }
+}
+
+/// A value that cannot exist answers 404.
+fn not_found_rule(absent: &Exchange, value: &str) -> Result<String, String> {
+    let answer = absent
+        .answer
+        .as_ref()
+        .map_err(|e| format!("{}: {e}", absent.label))?;
+    match answer.status {
+        404 => Ok(format!(
+            "a lookup of {value}, which has no record, answered 404"
+        )),
+        200 => match parse_lookup(absent.label, answer) {
+            Ok(response) if response.items.is_empty() => Err(format!(
+                "a lookup of {value}, which has no record, answered 200 with zero items: the contract says 404 means no record, answer 404"
+            )),
+            Ok(response) => Err(format!(
+                "a lookup of {value}, which has no record, answered 200 with {}: answer 404 when there is no record",
+                items(response.items.len())
+            )),
+            Err(problem) => Err(format!("{problem}; expected 404")),
+        },
+        status => Err(status_problem(absent.label, status, 404)),
+    }
+}
+
+/// No answer was a 3xx.
+fn redirect_rule(exchanges: &[&Exchange]) -> Judgement {
+    let answered: Vec<(&str, u16)> = exchanges
+        .iter()
+        .filter_map(|e| e.answer.as_ref().ok().map(|a| (e.label, a.status)))
+        .collect();
+    if answered.is_empty() {
+        return Judgement::Skip("no exchange was answered".to_owned());
+    }
+    let redirects: Vec<String> = answered
+        .iter()
+        .filter(|(_, status)| (300..=399).contains(status))
+        .map(|(label, status)| format!("{label} answered {status}"))
+        .collect();
+    if redirects.is_empty() {
+        Judgement::Pass(format!(
+            "none of the {} answers was a 3xx (ctxd never follows redirects)",
+            answered.len()
+        ))
+    } else {
+        Judgement::Fail(format!(
+            "{}: ctxd never follows redirects and refuses such answers (REDIRECT_REFUSED)",
+            redirects.join(", ")
+        ))
+    }
+}
+
+/// The bound secret appears in no header (name or value) and no body.
+fn reflection_rule(exchanges: &[&Exchange], secret: Option<&str>) -> Judgement {
+    let Some(secret) = secret else {
+        return Judgement::Skip(
+            "no --secret-env given, so there is no secret to look for".to_owned(),
+        );
+    };
+    let needle = secret.as_bytes();
+    let contains = |haystack: &[u8]| {
+        haystack.len() >= needle.len() && haystack.windows(needle.len()).any(|w| w == needle)
+    };
+    let mut found = Vec::new();
+    let mut answered = 0;
+    for exchange in exchanges {
+        let Ok(answer) = &exchange.answer else {
+            continue;
+        };
+        answered += 1;
+        for (name, value) in &answer.headers {
+            if contains(value.as_bytes()) || contains(name.as_str().as_bytes()) {
+                found.push(format!("{} header {name}", exchange.label));
+            }
+        }
+        if contains(&answer.body) {
+            found.push(format!("{} body", exchange.label));
+        }
+    }
+    if answered == 0 {
+        Judgement::Skip("no exchange was answered".to_owned())
+    } else if found.is_empty() {
+        Judgement::Pass(format!(
+            "the secret appeared in no header and no body of the {answered} answers"
+        ))
+    } else {
+        Judgement::Fail(format!(
+            "the secret was reflected in: {} (ctxd refuses such answers: CREDENTIAL_REFLECTED)",
+            found.join(", ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: u16, body: Value) -> Exchange {
+        Exchange {
+            label: "lookup",
+            answer: Ok(Answer {
+                status,
+                headers: HeaderMap::new(),
+                body: serde_json::to_vec(&body).unwrap(),
+                too_large: false,
+            }),
+        }
+    }
+
+    #[test]
+    fn https_is_required_unless_loopback() {
+        for text in [
+            "https://crm.internal/context",
+            "http://localhost:8080/x",
+            "http://127.0.0.1:9/x",
+            "http://[::1]/x",
+        ] {
+            assert!(https_rule(&Url::parse(text).unwrap()).is_ok(), "{text}");
+        }
+        for text in [
+            "http://192.0.2.1/x",
+            "http://api.localhost/x",
+            "ftp://crm.internal/x",
+        ] {
+            let detail = https_rule(&Url::parse(text).unwrap()).unwrap_err();
+            assert!(detail.contains("no request was sent"), "{detail}");
+        }
+    }
+
+    #[test]
+    fn lookups_are_held_to_the_contract() {
+        let ok = answer(
+            200,
+            serde_json::json!({"contract": CONTRACT, "currentness": "CURRENT", "items": [{"id": "a"}]}),
+        );
+        assert_eq!(lookup_rule(&ok, 2).unwrap().0, 1);
+        let cases = [
+            (
+                serde_json::json!({"contract": "context-provider.v2", "items": []}),
+                "contract",
+            ),
+            (
+                serde_json::json!({"contract": CONTRACT, "currentness": "FRESH", "items": []}),
+                "currentness",
+            ),
+            (serde_json::json!({"contract": CONTRACT}), "items"),
+            (
+                serde_json::json!({"contract": CONTRACT, "items": [{"id": ""}]}),
+                "empty id",
+            ),
+            (
+                serde_json::json!({"contract": CONTRACT, "items": [{"id": "a"}, {"id": "b"}, {"id": "c"}]}),
+                "exceed",
+            ),
+        ];
+        for (body, needle) in cases {
+            let detail = lookup_rule(&answer(200, body.clone()), 2).unwrap_err();
+            assert!(detail.contains(needle), "{body}: {detail}");
+        }
+        assert!(
+            lookup_rule(&answer(404, Value::Null), 2)
+                .unwrap_err()
+                .contains("--value")
+        );
+    }
+
+    #[test]
+    fn not_found_wants_404_not_an_empty_200() {
+        assert!(not_found_rule(&answer(404, Value::Null), "v").is_ok());
+        let empty = answer(200, serde_json::json!({"contract": CONTRACT, "items": []}));
+        assert!(
+            not_found_rule(&empty, "v")
+                .unwrap_err()
+                .contains("zero items")
+        );
+    }
+
+    #[test]
+    fn reflection_is_reported_by_place_never_by_value() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-echo", HeaderValue::from_static("Bearer tok-123456"));
+        let echoed = Exchange {
+            label: "describe",
+            answer: Ok(Answer {
+                status: 200,
+                headers,
+                body: b"{}".to_vec(),
+                too_large: false,
+            }),
+        };
+        let Judgement::Fail(detail) = reflection_rule(&[&echoed], Some("tok-123456")) else {
+            panic!("reflection not found");
+        };
+        assert!(detail.contains("describe header x-echo"), "{detail}");
+        assert!(!detail.contains("tok-123456"));
+        assert!(matches!(
+            reflection_rule(&[&echoed], None),
+            Judgement::Skip(_)
+        ));
+    }
+
+    #[test]
+    fn labels_are_shortened_and_quoted() {
+        assert_eq!(shown("5.0.1"), "\"5.0.1\"");
+        assert!(shown(&"v".repeat(100)).ends_with('…'));
+        assert_eq!(shown("a\nb"), "\"a\\nb\"");
+    }
+}
