@@ -221,26 +221,35 @@ pub(super) async fn read_body(
     Ok(body)
 }
 
-/// Parses a turn request; an error names the field (`inputs.customerId`, `budget`…).
-pub fn parse_turn(body: &[u8]) -> Result<TurnRequest, ApiError> {
+/// Parses a JSON request body that refuses unknown fields; an error names the field
+/// (`inputs.customerId`, `budget.maxBytes` …). `what` names the body in messages.
+pub(super) fn parse_body<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    what: &str,
+) -> Result<T, ApiError> {
     let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let turn: TurnRequest = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+    let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let path = e.path().to_string();
         let field = (path != ".").then_some(path);
         let inner = e.into_inner();
         ApiError::BadRequest {
             message: match &field {
                 Some(field) => format!("{field}: {inner}"),
-                None => format!("the body is not a valid turn request: {inner}"),
+                None => format!("the body is not a valid {what}: {inner}"),
             },
             field,
         }
     })?;
     deserializer.end().map_err(|e| ApiError::BadRequest {
         field: None,
-        message: format!("trailing data after the turn request: {e}"),
+        message: format!("trailing data after the {what}: {e}"),
     })?;
-    Ok(turn)
+    Ok(value)
+}
+
+/// Parses a turn request; an error names the field.
+pub fn parse_turn(body: &[u8]) -> Result<TurnRequest, ApiError> {
+    parse_body(body, "turn request")
 }
 
 #[cfg(test)]

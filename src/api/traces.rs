@@ -3,7 +3,7 @@
 //! connection on the blocking pool, never the writer's.
 
 use super::ApiError;
-use super::routes::{authenticate, read_body};
+use super::routes::{authenticate, parse_body, read_body};
 use crate::api::ApiState;
 use crate::contract::{LayerStatus, ProviderStatus};
 use crate::trace::query::decode_cursor;
@@ -168,16 +168,7 @@ async fn replay(
     let registry = state.registry.clone();
     let tenant = authenticate(&request, &registry)?;
     let body = read_body(&request, payload, registry.max_body_bytes).await?;
-    let replay_request: ReplayRequest = {
-        let mut deserializer = serde_json::Deserializer::from_slice(&body);
-        serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-            let field = e.path().to_string();
-            ApiError::BadRequest {
-                message: format!("{field}: {}", e.into_inner()),
-                field: (field != ".").then_some(field),
-            }
-        })?
-    };
+    let replay_request: ReplayRequest = parse_body(&body, "replay request")?;
     let turn_id = path.into_inner();
     let tenant_id = tenant.id.clone();
     let result = web::block(move || {

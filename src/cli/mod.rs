@@ -50,6 +50,13 @@ pub enum Command {
     ProviderCheck(provider_check::ProviderCheckArgs),
 }
 
+/// Output of commands that print either for people or as JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HumanOrJson {
+    Human,
+    Json,
+}
+
 /// Runs a parsed command line. Errors are for the caller to print with `{:#}`.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {

@@ -2,7 +2,7 @@
 
 use crate::fixtures::{PreviewRequest, preview};
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,11 +28,7 @@ pub struct PreviewArgs {
     pub format: Format,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    Human,
-    Json,
-}
+pub use super::HumanOrJson as Format;
 
 pub fn run(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
     let project = super::load_project(&args.project)?;

@@ -20,7 +20,7 @@ use crate::contract::{CONTRACT, DescribeRequest, DescribeResponse, LookupRequest
 use crate::providers::bounds::{self, MAX_ITEMS, MAX_RESPONSE_BYTES};
 use crate::providers::secrets;
 use anyhow::{Context as _, bail};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde::Serialize;
@@ -61,11 +61,7 @@ pub struct ProviderCheckArgs {
     pub format: Format,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    Human,
-    Json,
-}
+pub use super::HumanOrJson as Format;
 
 /// How a rule ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -9,7 +9,7 @@ use crate::trace::digest::GENERATED_KEY_FILE;
 use crate::trace::replay::{ReplayResult, replay_from_store};
 use crate::trace::store::TraceReader;
 use anyhow::{Context, anyhow, bail};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -40,11 +40,7 @@ pub struct ReplayArgs {
     pub format: Format,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    Human,
-    Json,
-}
+pub use super::HumanOrJson as Format;
 
 pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     let inputs = super::parse_inputs(&args.inputs)?;

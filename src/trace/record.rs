@@ -4,7 +4,7 @@
 //! value, a secret or a provider record id.
 
 use crate::contract::{
-    Currentness, CutAction, Item, LayerReason, LayerStatus, ProviderStatus, Source, VersionSource,
+    Currentness, Item, LayerReason, LayerStatus, ProviderStatus, Source, VersionSource,
 };
 use serde::{Deserialize, Serialize};
 
@@ -97,18 +97,8 @@ pub struct SelectionRecord {
     pub handle: Option<crate::handles::HandleRef>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CutRecord {
-    pub layer: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub locator: Option<String>,
-    pub action: CutAction,
-    pub bytes_before: usize,
-    pub bytes_after: usize,
-}
+/// A budget cut, recorded exactly as the turn answer reports it.
+pub type CutRecord = crate::contract::CutReport;
 
 /// One provider the turn reached: invoked, or refused before invocation
 /// (`INVALID_REQUEST`, `NOT_BOUND`, `NOT_EVALUATED`, with `invoked: false`).
