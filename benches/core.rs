@@ -1,14 +1,29 @@
 //! Micro-benchmarks of the pure core on the demo project: gating, assembling and
-//! rendering a turn, scanning provider items for secrets, and canonical digests.
+//! rendering a turn, bounds and secret scanning of provider items, canonical digests,
+//! keyed locators, capturing a turn's trace, and a trace batch insert into a SQLite store.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use ctxd::contract::{Currentness, Item, Source};
-use ctxd::gate::{self, GateRequest};
-use ctxd::kernel::{self, Outcome};
+use ctxd::config::Retention;
+use ctxd::contract::{Currentness, Item, Source, VersionSource};
+use ctxd::gate::{self, GateRequest, Plan};
+use ctxd::kernel::{self, Outcome, TurnResult};
 use ctxd::project::Project;
 use ctxd::providers::bounds::check_items;
+use ctxd::providers::secrets;
+use ctxd::trace::DigestKey;
+use ctxd::trace::capture::{InvocationFacts, Locators, ProviderTraceSettings, TurnFacts, capture};
+use ctxd::trace::record::TurnTrace;
+use ctxd::trace::store::TraceStore;
 use std::collections::BTreeMap;
 use std::hint::black_box;
+use std::time::{Duration, Instant, SystemTime};
+
+const NONCE: &str = "00112233445566778899aabbccddeeff";
+/// Turns per trace batch in the insert bench.
+const TRACE_BATCH: usize = 64;
+/// Batches written into one store before the bench starts a fresh one, so the file
+/// stays small (~6 400 turns) however many iterations criterion runs.
+const BATCHES_PER_STORE: u64 = 100;
 
 fn demo() -> Project {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demo/project.json");
@@ -90,5 +105,180 @@ fn benches(c: &mut Criterion) {
     });
 }
 
-criterion_group!(core, benches);
+/// Clean prose (no detector matches), `bytes` long: the common case of a scan.
+fn clean_text(bytes: usize) -> String {
+    const LINES: [&str; 4] = [
+        "Customer reported that the pallet sensors arrived on 2026-11-24 and were installed. ",
+        "Order ORD-10420 shipped via freight; the delivery was confirmed at the loading dock. ",
+        "The account is on the Enterprise plan with 240 seats in the EU-Central region. ",
+        "Support ticket 5531: firmware update scheduled, no further action needed today. ",
+    ];
+    let mut text = String::with_capacity(bytes + 100);
+    let mut i = 0;
+    while text.len() < bytes {
+        text.push_str(LINES[i % LINES.len()]);
+        i += 1;
+    }
+    text.truncate(bytes);
+    text
+}
+
+/// `count` traces of the demo turn as the coordinator captures them (after `assemble`
+/// and the keyed locators, which the response needs too): three providers, customer-data
+/// retaining content (sealed on write), orders and tickets digests only.
+fn demo_traces(
+    project: &Project,
+    plan: &Plan,
+    outcomes: &[Outcome],
+    (result, locators): (&TurnResult, &Locators),
+    key: &DigestKey,
+    count: usize,
+) -> Vec<TurnTrace> {
+    let facts: Vec<InvocationFacts> = plan
+        .invocations
+        .iter()
+        .map(|_| InvocationFacts {
+            version_source: Some(VersionSource::Response),
+            duration: Duration::from_millis(3),
+            observed_at: SystemTime::now(),
+        })
+        .collect();
+    let settings = |provider: &str| ProviderTraceSettings {
+        provider_type: Some("http"),
+        retention: if provider == "customer-data" {
+            Retention::Content
+        } else {
+            Retention::Digest
+        },
+        retention_ttl: Duration::from_secs(7 * 24 * 3600),
+    };
+    (0..count)
+        .map(|i| {
+            let inputs: BTreeMap<String, String> =
+                [("customerId".to_owned(), format!("CUST-{:04}", 1000 + i))].into();
+            let turn_id = format!("bench-{i:06}");
+            capture(
+                &TurnFacts {
+                    turn_id: &turn_id,
+                    tenant: "demo",
+                    project,
+                    binding: Some(("2026-11-30.1", "sha256:b7b7b7b7")),
+                    profile: "default",
+                    objective: Some("support"),
+                    consumer: Some("support-agent"),
+                    inputs: &inputs,
+                    deadline: Duration::from_secs(10),
+                    mode: Source::Live,
+                    started_at: SystemTime::now(),
+                    duration: Duration::from_millis(5),
+                },
+                plan,
+                outcomes,
+                &facts,
+                result,
+                locators,
+                key,
+                &settings,
+            )
+        })
+        .collect()
+}
+
+fn trace_benches(c: &mut Criterion) {
+    let key = DigestKey::from_bytes(b"bench-key-bench-key-bench-key-bench-key".to_vec()).unwrap();
+
+    let clean = clean_text(64 * 1024);
+    assert!(secrets::scan(&clean).is_none(), "the text is clean");
+    c.bench_function("secrets/scan clean 64 KiB text", |b| {
+        b.iter(|| secrets::scan(black_box(&clean)))
+    });
+    c.bench_function("trace/keyed locator", |b| {
+        b.iter(|| key.locator(black_box("customer-data"), black_box("CUST-1042")))
+    });
+
+    let project = demo();
+    let inputs: BTreeMap<String, String> =
+        [("customerId".to_owned(), "CUST-1042".to_owned())].into();
+    let request = GateRequest {
+        profile: project.profile("default").unwrap(),
+        objective: Some("support"),
+        consumer: Some("support-agent"),
+        inputs: &inputs,
+    };
+    let plan = gate::plan(&project, &request, &|_| true);
+    let outcomes: Vec<Outcome> = plan
+        .invocations
+        .iter()
+        .map(|i| {
+            Outcome::items(
+                items(i.limit as usize, 400),
+                Currentness::Current,
+                Source::Live,
+            )
+        })
+        .collect();
+    let result = kernel::assemble(&project, &plan, &outcomes, 12_000, NONCE);
+    let locators = Locators::of(&result, &key);
+    c.bench_function("trace/capture demo turn", |b| {
+        b.iter(|| {
+            demo_traces(
+                &project,
+                black_box(&plan),
+                black_box(&outcomes),
+                (&result, &locators),
+                &key,
+                1,
+            )
+        })
+    });
+
+    let traces = demo_traces(
+        &project,
+        &plan,
+        &outcomes,
+        (&result, &locators),
+        &key,
+        TRACE_BATCH,
+    );
+    let bench_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&bench_dir).unwrap();
+    let dir = tempfile::tempdir_in(&bench_dir).unwrap();
+    let mut group = c.benchmark_group("trace");
+    group.throughput(criterion::Throughput::Elements(TRACE_BATCH as u64));
+    group.bench_function("write_batch 64 demo turns (SQLite, WAL)", |b| {
+        let mut store_number = 0u64;
+        let mut written = 0u64;
+        let mut store: Option<TraceStore> = None;
+        b.iter_custom(|iterations| {
+            let mut elapsed = Duration::ZERO;
+            for _ in 0..iterations {
+                if store.is_none() || written.is_multiple_of(BATCHES_PER_STORE) {
+                    drop(store.take());
+                    let _ = std::fs::remove_dir_all(dir.path().join(store_number.to_string()));
+                    store_number += 1;
+                    let path = dir.path().join(store_number.to_string()).join("traces.db");
+                    store = Some(TraceStore::open(&path, &key).unwrap());
+                }
+                // Fresh turn ids: the store skips a turn id it already holds.
+                let batch: Vec<TurnTrace> = traces
+                    .iter()
+                    .enumerate()
+                    .map(|(i, trace)| {
+                        let mut trace = trace.clone();
+                        trace.turn.turn_id = format!("bench-{written:08}-{i:03}");
+                        trace
+                    })
+                    .collect();
+                let started = Instant::now();
+                store.as_mut().unwrap().write_batch(&batch).unwrap();
+                elapsed += started.elapsed();
+                written += 1;
+            }
+            elapsed
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(core, benches, trace_benches);
 criterion_main!(core);

@@ -736,7 +736,7 @@ mod tests {
             for stream in &streams {
                 let plan = plan(conn, stream);
                 assert_indexed(&plan, &stream.sql);
-                // The driver is the index the brief expects for the shape.
+                // The driver is the index designed for this shape.
                 let driver = &plan[0];
                 let expected = match (
                     &shape.provider,
