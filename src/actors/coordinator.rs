@@ -5,7 +5,7 @@
 //! `MAILBOX_CAPACITY`) drains as fast as turns arrive; the per-tenant in-flight limit in
 //! the API bounds how many run.
 
-use super::provider::{Acquire, Refusal, Report};
+use super::provider::Refusal;
 use super::topology::{Mode, ProjectRuntime, Registry, TenantRuntime};
 use crate::config::{DEFAULT_RETENTION_TTL, Retention};
 use crate::contract::Item;
@@ -32,9 +32,6 @@ use std::time::SystemTime;
 use tokio::time::Instant;
 
 pub const MAILBOX_CAPACITY: usize = 4096;
-/// Longest wait for a provider actor to answer `Acquire` before the call is
-/// `OVERLOADED`: its mailbox is full or its thread is busy.
-const ACQUIRE_WAIT: Duration = Duration::from_millis(50);
 /// Grace after the turn deadline for a provider implementation to return its own
 /// `TIMEOUT`, after which the coordinator stops waiting for it.
 const DEADLINE_GRACE: Duration = Duration::from_millis(25);
@@ -345,11 +342,11 @@ async fn invoke_live(
             None,
         );
     };
-    let acquire_by = (Instant::now() + ACQUIRE_WAIT).min(turn_deadline);
-    let grant = match tokio::time::timeout_at(acquire_by, handle.addr.send(Acquire)).await {
-        Ok(Ok(Ok(grant))) => grant,
-        Ok(Ok(Err(Refusal::CircuitOpen))) => return fail(detail::CIRCUIT_OPEN),
-        Ok(Ok(Err(Refusal::Overloaded))) | Ok(Err(_)) | Err(_) => return fail(detail::OVERLOADED),
+    // Admission never waits: no free permit is an immediate OVERLOADED.
+    let grant = match handle.gate.acquire() {
+        Ok(grant) => grant,
+        Err(Refusal::CircuitOpen) => return fail(detail::CIRCUIT_OPEN),
+        Err(Refusal::Overloaded) => return fail(detail::OVERLOADED),
     };
     let provider_deadline = Instant::now() + grant.timeout;
     let call = LookupCall {
@@ -370,16 +367,7 @@ async fn invoke_live(
     } else {
         classify(outcome.status, outcome.detail.as_deref())
     };
-    if handle
-        .addr
-        .try_send(Report {
-            ticket: grant.ticket,
-            result,
-        })
-        .is_err()
-    {
-        tracing::debug!(provider = %invocation.provider_id, "breaker report dropped: provider mailbox full");
-    }
+    handle.gate.report(grant.ticket, result);
     if outcome.status != ProviderStatus::Ok && outcome.status != ProviderStatus::NotFound {
         tracing::warn!(
             provider = %invocation.provider_id,

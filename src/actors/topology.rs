@@ -3,7 +3,7 @@
 //! shuts down in order — providers stop and pools close only after the HTTP server has
 //! finished its in-flight turns.
 
-use super::provider::{Observe, ProviderActor, ProviderSnapshot, Shutdown};
+use super::provider::{Observe, ProviderActor, ProviderGate, ProviderSnapshot, Shutdown};
 use crate::config::Retention;
 use crate::config::{Binding, EnvVars, ProviderKind, ServerConfig};
 use crate::project::Project;
@@ -74,6 +74,8 @@ pub struct ProjectRuntime {
 #[derive(Clone)]
 pub struct ProviderHandle {
     pub addr: Addr<ProviderActor>,
+    /// Admission (permits, breaker) on the caller's thread.
+    pub gate: Arc<ProviderGate>,
     pub type_name: &'static str,
     /// What traces keep of this provider's items, and for how long.
     pub retention: Retention,
@@ -168,14 +170,20 @@ impl Topology {
                             implementation(provider, env).await.with_context(|| {
                                 format!("tenant {}: provider {}", tenant.id, spec.id)
                             })?;
-                        let actor =
-                            ProviderActor::new(&tenant.id, &spec.id, implementation, provider);
+                        let gate = Arc::new(ProviderGate::new(
+                            &tenant.id,
+                            &spec.id,
+                            implementation,
+                            provider,
+                        ));
+                        let actor = ProviderActor::new(Arc::clone(&gate));
                         let arbiter = &arbiters[started.len() % arbiters.len()];
                         let addr =
                             ProviderActor::start_in_arbiter(&arbiter.handle(), move |_| actor);
                         started.push(addr.clone());
                         let handle = ProviderHandle {
                             addr,
+                            gate,
                             type_name: provider.kind.type_name(),
                             retention: provider.retention,
                             retention_ttl: provider.retention_ttl,
