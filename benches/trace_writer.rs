@@ -188,6 +188,7 @@ fn turn(key: &DigestKey, i: usize) -> TurnTrace {
         required: id == "customer-profile",
         providers: providers.iter().map(|p| (*p).to_owned()).collect(),
         missing_inputs: Vec::new(),
+        currentness: None,
     };
     let retained = profile
         .iter()

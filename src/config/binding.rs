@@ -9,8 +9,8 @@
 //! it is the same on every machine and never depends on a secret's value.
 
 use super::{
-    ConfigError, ConfigErrors, Problems, field_path, key_path, parse_toml, refuse_inline_secrets,
-    section, unknown_keys,
+    ConfigErrors, Problems, field_path, key_path, parse_toml, refuse_inline_secrets, section,
+    unknown_keys,
 };
 use crate::providers::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
 use serde::Deserialize;
@@ -217,20 +217,7 @@ impl Binding {
 
     /// Reads and validates a binding file; relative paths resolve against its folder.
     pub fn load(path: &Path) -> Result<Binding, ConfigErrors> {
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|error| {
-            ConfigErrors::new(
-                &file,
-                vec![ConfigError::new(
-                    "",
-                    format!("cannot read the file: {error}"),
-                )],
-            )
-        })?;
-        let base_dir = match path.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent,
-            _ => Path::new("."),
-        };
+        let (text, base_dir, file) = super::read_config_file(path)?;
         parse_named(&text, base_dir, &file)
     }
 

@@ -32,6 +32,7 @@ use crate::providers::secrets;
 use regex::Regex;
 use std::fmt;
 use std::ops::RangeInclusive;
+use std::path::Path;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -309,6 +310,26 @@ pub fn is_valid_id(id: &str) -> bool {
 }
 
 /// `parent.key`, with the key quoted when it is not a bare TOML key.
+/// Reads a TOML file: its text, the folder relative paths in it resolve against, and
+/// its name for messages.
+pub(crate) fn read_config_file(path: &Path) -> Result<(String, &Path, String), ConfigErrors> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        ConfigErrors::new(
+            &file,
+            vec![ConfigError::new(
+                "",
+                format!("cannot read the file: {error}"),
+            )],
+        )
+    })?;
+    let base_dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    Ok((text, base_dir, file))
+}
+
 pub(crate) fn key_path(parent: &str, key: &str) -> String {
     let key = if BARE_KEY.is_match(key) {
         key.to_owned()

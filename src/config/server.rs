@@ -147,20 +147,7 @@ impl ServerConfig {
     /// [`ServerConfig::environment_problems`], so `ctxd validate` can report both and
     /// tests can load a config whatever the process environment holds.
     pub fn load(path: &Path) -> Result<ServerConfig, ConfigErrors> {
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|error| {
-            ConfigErrors::new(
-                &file,
-                vec![ConfigError::new(
-                    "",
-                    format!("cannot read the file: {error}"),
-                )],
-            )
-        })?;
-        let base_dir = match path.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent,
-            _ => Path::new("."),
-        };
+        let (text, base_dir, file) = super::read_config_file(path)?;
         parse_named(&text, base_dir, &file)
     }
 

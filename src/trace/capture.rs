@@ -266,6 +266,7 @@ pub fn capture<'s>(
                     required: l.required,
                     providers: l.providers.clone(),
                     missing_inputs: l.missing_inputs.clone(),
+                    currentness: l.currentness,
                 })
                 .collect(),
             selections,

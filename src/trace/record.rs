@@ -3,9 +3,7 @@
 //! Records hold key names, keyed digests, locators and fingerprints — never a lookup
 //! value, a secret or a provider record id.
 
-use crate::contract::{
-    Currentness, Item, LayerReason, LayerStatus, ProviderStatus, Source, VersionSource,
-};
+use crate::contract::{Currentness, Item, ProviderStatus, Source, VersionSource};
 use serde::{Deserialize, Serialize};
 
 /// `kind` of every provider record.
@@ -63,19 +61,8 @@ pub struct InputDigest {
 }
 
 /// A layer's decision, including layers that were never invoked (gating status and
-/// reason).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LayerDecisionRecord {
-    pub id: String,
-    pub status: LayerStatus,
-    pub reason: LayerReason,
-    pub required: bool,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub providers: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub missing_inputs: Vec<String>,
-}
+/// reason): recorded exactly as the turn answer reports it.
+pub type LayerDecisionRecord = crate::contract::LayerReport;
 
 /// One rendered material, marked with its provider.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

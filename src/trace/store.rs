@@ -1298,6 +1298,7 @@ pub(crate) mod testing {
                         required: false,
                         providers: Vec::new(),
                         missing_inputs: Vec::new(),
+                        currentness: None,
                     })
                     .collect(),
                 selections,
