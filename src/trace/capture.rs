@@ -97,6 +97,11 @@ pub fn capture<'s>(
     let (started_at_ms, started_at) = timestamp(turn.started_at);
     let retention_of = |provider: &str| settings(provider).retention;
 
+    let rendered: std::collections::HashMap<(&str, usize), &str> = result
+        .selections
+        .iter()
+        .filter_map(|s| Some(((s.provider.as_deref()?, s.item?), s.fingerprint.as_str())))
+        .collect();
     let mut providers = Vec::new();
     let mut retained = Vec::new();
     for (p, decision) in plan.providers.iter().enumerate() {
@@ -113,8 +118,19 @@ pub fn capture<'s>(
         let (observed_at_ms, observed_at) =
             timestamp(invoked.map_or(turn.started_at, |(_, f)| f.observed_at));
         let outcome = invoked.map(|(o, _)| o);
+        // Rendered items were fingerprinted by the kernel already; only the others
+        // (dropped by the budget) are fingerprinted here.
         let fingerprints: Vec<String> = outcome
-            .map(|o| o.items.iter().map(canonical_digest).collect())
+            .map(|o| {
+                o.items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| match rendered.get(&(spec.id.as_str(), i + 1)) {
+                        Some(fingerprint) => (*fingerprint).to_owned(),
+                        None => canonical_digest(item),
+                    })
+                    .collect()
+            })
             .unwrap_or_default();
         let keep_digests = setting.retention != Retention::None;
         let keep_content = setting.retention == Retention::Content && !fingerprints.is_empty();
