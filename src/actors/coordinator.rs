@@ -501,7 +501,7 @@ fn respond(
                 layer: s.layer,
                 locator,
                 provider: s.provider,
-                fingerprint: s.fingerprint,
+                fingerprint: Some(s.fingerprint),
                 bytes: s.bytes,
                 truncated: s.truncated,
                 handle: s.handle,

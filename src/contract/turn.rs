@@ -113,10 +113,14 @@ pub struct SelectionReport {
     pub layer: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
-    /// `<provider>/item-<16 hex>`, keyed: never the record id.
+    /// `<provider>/item-<16 hex>`, keyed: never the record id. Absent for static text,
+    /// and in a trace under `retention = "none"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locator: Option<String>,
-    pub fingerprint: String,
+    /// SHA-256 of the canonical item (or of the static text). Always in a turn answer;
+    /// absent in a trace under `retention = "none"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
     pub bytes: usize,
     pub truncated: bool,
     /// `{id, version}` when the item is kept behind a handle instead of rendered.

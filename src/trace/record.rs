@@ -64,25 +64,9 @@ pub struct InputDigest {
 /// reason): recorded exactly as the turn answer reports it.
 pub type LayerDecisionRecord = crate::contract::LayerReport;
 
-/// One rendered material, marked with its provider.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SelectionRecord {
-    pub layer: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider: Option<String>,
-    /// Absent for static text and under `retention = "none"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub locator: Option<String>,
-    /// Absent under `retention = "none"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fingerprint: Option<String>,
-    pub bytes: usize,
-    pub truncated: bool,
-    /// The handle the item was kept behind instead of being rendered.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handle: Option<crate::handles::HandleRef>,
-}
+/// One rendered material, marked with its provider: recorded as the turn answer
+/// reports it, less the locator and fingerprint under `retention = "none"`.
+pub type SelectionRecord = crate::contract::SelectionReport;
 
 /// A budget cut, recorded exactly as the turn answer reports it.
 pub type CutRecord = crate::contract::CutReport;
