@@ -25,11 +25,8 @@ pub struct ProjectDoc {
     pub tests: Vec<ContextTest>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Budget {
-    pub max_bytes: usize,
-}
+/// `{"maxBytes": N}`: the same shape in a Project, a Context Test and a turn request.
+pub use crate::contract::TurnBudget as Budget;
 
 /// What a layer needs from the outside world; never how to reach it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
