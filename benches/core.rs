@@ -5,15 +5,16 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use ctxd::config::Retention;
 use ctxd::contract::{Currentness, Item, Source, VersionSource};
-use ctxd::gate::{self, GateRequest, Plan};
-use ctxd::kernel::{self, Outcome, TurnResult};
+use ctxd::gate::{self, GateRequest, Invocation};
+use ctxd::kernel::{self, NoHandles, Rendering};
+use ctxd::outcome::{Call, CallFacts, Outcome};
 use ctxd::project::Project;
 use ctxd::providers::bounds::check_items;
 use ctxd::providers::secrets;
 use ctxd::trace::DigestKey;
-use ctxd::trace::capture::{InvocationFacts, Locators, ProviderTraceSettings, TurnFacts, capture};
 use ctxd::trace::record::TurnTrace;
 use ctxd::trace::store::TraceStore;
+use ctxd::turn::{self, Answered, Ask, Immediate, ProviderTraceSettings, TurnFacts};
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant, SystemTime};
@@ -62,23 +63,21 @@ fn benches(c: &mut Criterion) {
     });
 
     let plan = gate::plan(&project, &request, &|_| true);
-    let outcomes: Vec<Outcome> = plan
+    let calls: Vec<Call> = plan
         .invocations
         .iter()
-        .map(|i| {
-            Outcome::items(
-                items(i.limit as usize, 400),
-                Currentness::Current,
-                Source::Live,
-            )
+        .map(|invocation| {
+            let outcome = demo_answer(invocation);
+            let facts = CallFacts::untimed(&outcome);
+            Call::new(invocation.clone(), outcome, facts)
         })
         .collect();
     c.bench_function("kernel/assemble demo turn (11 items)", |b| {
         b.iter(|| {
             kernel::assemble(
                 &project,
-                &plan,
-                black_box(&outcomes),
+                &plan.decisions,
+                black_box(&calls),
                 12_000,
                 "00112233445566778899aabbccddeeff",
             )
@@ -88,8 +87,8 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             kernel::assemble(
                 &project,
-                &plan,
-                black_box(&outcomes),
+                &plan.decisions,
+                black_box(&calls),
                 2_048,
                 "00112233445566778899aabbccddeeff",
             )
@@ -103,6 +102,15 @@ fn benches(c: &mut Criterion) {
     c.bench_function("digest/canonical item fingerprint", |b| {
         b.iter(|| ctxd::digest::canonical_digest(black_box(&large[0])))
     });
+}
+
+/// Every demo provider answers its limit of 400-byte items.
+fn demo_answer(invocation: &Invocation) -> Outcome {
+    Outcome::items(
+        items(invocation.limit as usize, 400),
+        Currentness::Current,
+        Source::Live,
+    )
 }
 
 /// Clean prose (no detector matches), `bytes` long: the common case of a scan.
@@ -123,26 +131,10 @@ fn clean_text(bytes: usize) -> String {
     text
 }
 
-/// `count` traces of the demo turn as the coordinator captures them (after `assemble`
-/// and the keyed locators, which the response needs too): three providers, customer-data
+/// `count` traces of the demo turn as the coordinator captures them (after the kernel,
+/// whose keyed locators the response needs too): three providers, customer-data
 /// retaining content (sealed on write), orders and tickets digests only.
-fn demo_traces(
-    project: &Project,
-    plan: &Plan,
-    outcomes: &[Outcome],
-    (result, locators): (&TurnResult, &Locators),
-    key: &DigestKey,
-    count: usize,
-) -> Vec<TurnTrace> {
-    let facts: Vec<InvocationFacts> = plan
-        .invocations
-        .iter()
-        .map(|_| InvocationFacts {
-            version_source: Some(VersionSource::Response),
-            duration: Duration::from_millis(3),
-            observed_at: SystemTime::now(),
-        })
-        .collect();
+fn demo_traces(answered: &Answered<'_>, key: &DigestKey, count: usize) -> Vec<TurnTrace> {
     let settings = |provider: &str| ProviderTraceSettings {
         provider_type: Some("http"),
         retention: if provider == "customer-data" {
@@ -157,29 +149,22 @@ fn demo_traces(
             let inputs: BTreeMap<String, String> =
                 [("customerId".to_owned(), format!("CUST-{:04}", 1000 + i))].into();
             let turn_id = format!("bench-{i:06}");
-            capture(
-                &TurnFacts {
-                    turn_id: &turn_id,
-                    tenant: "demo",
-                    project,
-                    binding: Some(("2026-11-30.1", "sha256:b7b7b7b7")),
-                    profile: "default",
+            let facts = TurnFacts {
+                turn_id: &turn_id,
+                tenant: "demo",
+                binding: Some(("2026-11-30.1", "sha256:b7b7b7b7")),
+                ask: Ask {
+                    profile: None,
                     objective: Some("support"),
                     consumer: Some("support-agent"),
                     inputs: &inputs,
-                    deadline: Duration::from_secs(10),
-                    mode: Source::Live,
-                    started_at: SystemTime::now(),
-                    duration: Duration::from_millis(5),
                 },
-                plan,
-                outcomes,
-                &facts,
-                result,
-                locators,
-                key,
-                &settings,
-            )
+                deadline: Duration::from_secs(10),
+                mode: Source::Live,
+                started_at: SystemTime::now(),
+                duration: Duration::from_millis(5),
+            };
+            answered.capture(&facts, key, &settings)
         })
         .collect()
 }
@@ -199,47 +184,31 @@ fn trace_benches(c: &mut Criterion) {
     let project = demo();
     let inputs: BTreeMap<String, String> =
         [("customerId".to_owned(), "CUST-1042".to_owned())].into();
-    let request = GateRequest {
-        profile: project.profile("default").unwrap(),
+    let ask = Ask {
+        profile: None,
         objective: Some("support"),
         consumer: Some("support-agent"),
         inputs: &inputs,
     };
-    let plan = gate::plan(&project, &request, &|_| true);
-    let outcomes: Vec<Outcome> = plan
-        .invocations
-        .iter()
-        .map(|i| {
-            Outcome::items(
-                items(i.limit as usize, 400),
-                Currentness::Current,
-                Source::Live,
-            )
-        })
-        .collect();
-    let result = kernel::assemble(&project, &plan, &outcomes, 12_000, NONCE);
-    let locators = Locators::of(&result, &key);
+    let source = Immediate::new(|_: &str| true, demo_answer);
+    let Ok(mut called) = turn::plan(&project, &ask, &source)
+        .expect("the demo profile exists")
+        .call_now(&source);
+    for call in &mut called.calls {
+        call.facts.version_source = Some(VersionSource::Response);
+        call.facts.duration = Some(Duration::from_millis(3));
+    }
+    let answered = called.assemble(Rendering {
+        max_bytes: 12_000,
+        nonce: NONCE,
+        handles: &mut NoHandles,
+        locators: Some(&key),
+    });
     c.bench_function("trace/capture demo turn", |b| {
-        b.iter(|| {
-            demo_traces(
-                &project,
-                black_box(&plan),
-                black_box(&outcomes),
-                (&result, &locators),
-                &key,
-                1,
-            )
-        })
+        b.iter(|| demo_traces(black_box(&answered), &key, 1))
     });
 
-    let traces = demo_traces(
-        &project,
-        &plan,
-        &outcomes,
-        (&result, &locators),
-        &key,
-        TRACE_BATCH,
-    );
+    let traces = demo_traces(&answered, &key, TRACE_BATCH);
     let bench_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&bench_dir).unwrap();
     let dir = tempfile::tempdir_in(&bench_dir).unwrap();

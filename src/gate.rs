@@ -68,7 +68,8 @@ impl InvalidValue {
 pub enum ProviderDecision {
     /// No layer of this turn reached the provider.
     NotNeeded,
-    /// Invoke it: index into `Plan::invocations`.
+    /// Invoke it: index into `Plan::invocations` (and into the turn's calls, which
+    /// answer the invocations in order).
     Invoke(usize),
     InvalidRequest(InvalidValue),
     NotBound,
@@ -101,15 +102,21 @@ pub struct Invocation {
     pub limit: u32,
 }
 
-/// Everything gating decided for a turn.
+/// Everything gating decided for a turn: the decisions, and the invocations to make.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    pub decisions: Decisions,
+    /// The exact invocations, each provider at most once, in provider order.
+    pub invocations: Vec<Invocation>,
+}
+
+/// Per layer and per provider, what gating decided before any provider answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decisions {
     /// Per layer index.
     pub layers: Vec<LayerDecision>,
     /// Per provider index.
     pub providers: Vec<ProviderDecision>,
-    /// The exact invocations, each provider at most once, in provider order.
-    pub invocations: Vec<Invocation>,
     /// A required layer is already `UNKNOWN` or `UNAVAILABLE`: the turn is blocked and
     /// nothing is invoked.
     pub blocked: bool,
@@ -191,10 +198,12 @@ pub fn plan(project: &Project, request: &GateRequest<'_>, is_bound: &dyn Fn(&str
     }
 
     Plan {
-        layers,
-        providers,
+        decisions: Decisions {
+            layers,
+            providers,
+            blocked,
+        },
         invocations,
-        blocked,
     }
 }
 
@@ -602,16 +611,20 @@ mod tests {
         let project = project();
         for case in cases() {
             let plan = run(&project, &case);
-            assert_eq!(plan.layers, case.layers, "{}: layers", case.name);
+            assert_eq!(plan.decisions.layers, case.layers, "{}: layers", case.name);
             let invocations: Vec<(&str, &str)> = plan
                 .invocations
                 .iter()
                 .map(|i| (i.provider_id.as_str(), i.value.as_str()))
                 .collect();
             assert_eq!(invocations, case.invocations, "{}: invocations", case.name);
-            let providers: Vec<_> = plan.providers.iter().map(|d| kind(*d)).collect();
+            let providers: Vec<_> = plan.decisions.providers.iter().map(|d| kind(*d)).collect();
             assert_eq!(providers, case.providers, "{}: providers", case.name);
-            assert_eq!(plan.blocked, case.blocked, "{}: blocked", case.name);
+            assert_eq!(
+                plan.decisions.blocked, case.blocked,
+                "{}: blocked",
+                case.name
+            );
         }
     }
 
@@ -631,7 +644,7 @@ mod tests {
             }
         );
         assert_eq!(plan.invocations[1].limit, crate::project::DEFAULT_MAX_ITEMS);
-        assert_eq!(plan.providers[1], ProviderDecision::Invoke(1));
+        assert_eq!(plan.decisions.providers[1], ProviderDecision::Invoke(1));
     }
 
     #[test]

@@ -8,23 +8,20 @@
 use super::provider::Refusal;
 use super::topology::{Mode, ProjectRuntime, Registry, TenantRuntime};
 use crate::config::{DEFAULT_RETENTION_TTL, Retention};
-use crate::contract::Item;
-use crate::contract::{
-    BudgetReport, CutReport, LayerReport, ProviderReport, ProviderStatus, SelectionReport, Source,
-    TurnRequest, TurnResponse, VersionSource,
-};
-use crate::fixtures::{self, fixture_by_value};
-use crate::gate::{self, GateRequest, Invocation};
+use crate::contract::{Item, Source, TurnRequest, TurnResponse, VersionSource};
+use crate::fixtures::{fixture_answer, fixture_by_value};
+use crate::gate::Invocation;
 use crate::handles::{HandleMaterial, HandleRef, HandleStore};
-use crate::kernel::{self, HandleSink, Outcome, TurnResult};
+use crate::kernel::{self, HandleSink, Rendering};
+use crate::outcome::{CallFacts, Failure, Outcome};
 use crate::project::{MAX_BUDGET_BYTES, MIN_BUDGET_BYTES};
+use crate::providers::LookupCall;
 use crate::providers::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
-use crate::providers::{LookupCall, detail};
 use crate::resilience::breaker::{CallResult, classify};
 use crate::telemetry::metrics;
-use crate::trace::capture::{InvocationFacts, Locators, ProviderTraceSettings, TurnFacts, capture};
+use crate::turn::{self, Ask, OutcomeSource, ProviderTraceSettings, TurnFacts, UnknownProfile};
 use actix::prelude::*;
-use futures_util::future::join_all;
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -89,9 +86,6 @@ impl Handler<RunTurn> for Coordinator {
     }
 }
 
-/// What the response and the trace report beside an invocation's outcome.
-type CallFacts = InvocationFacts;
-
 async fn run_turn(
     registry: &Registry,
     tenant: &TenantRuntime,
@@ -100,7 +94,6 @@ async fn run_turn(
     let started = Instant::now();
     let started_at = SystemTime::now();
     let timeout = turn_timeout(registry, &request)?;
-    let turn_deadline = started + timeout;
     if let Some(budget) = request.budget {
         check_range(
             "budget.maxBytes",
@@ -114,82 +107,57 @@ async fn run_turn(
         .get(&request.project)
         .ok_or_else(|| TurnError::UnknownProject(request.project.clone()))?;
     let project = &runtime.project;
-    let profile_id = request.profile.as_deref().unwrap_or("default");
-    let profile = project
-        .profile(profile_id)
-        .ok_or_else(|| TurnError::UnknownProfile(profile_id.to_owned()))?;
-    let gate_request = GateRequest {
-        profile,
+    let ask = Ask {
+        profile: request.profile.as_deref(),
         objective: request.objective.as_deref(),
         consumer: request.consumer.as_deref(),
         inputs: &request.inputs,
     };
-    let plan = match registry.mode {
-        Mode::Live => gate::plan(project, &gate_request, &|id| {
-            runtime.providers.contains_key(id)
-        }),
-        Mode::Fixtures => gate::plan(project, &gate_request, &|_| true),
-    };
-
-    let (outcomes, facts): (Vec<Outcome>, Vec<CallFacts>) =
-        join_all(plan.invocations.iter().map(|invocation| {
-            invoke(
-                registry.mode,
-                &tenant.id,
-                runtime,
-                invocation,
-                turn_deadline,
-            )
-        }))
-        .await
-        .into_iter()
-        .unzip();
-    let max_bytes = fixtures::budget(project, request.budget.map(|b| b.max_bytes));
-    let mut handles = StoreSink {
-        store: &registry.handles,
+    let source = ServedProviders {
+        mode: registry.mode,
         tenant: &tenant.id,
+        runtime,
+        turn_deadline: started + timeout,
     };
-    let result = kernel::assemble_with_handles(
-        project,
-        &plan,
-        &outcomes,
+    let planned = turn::plan(project, &ask, &source)
+        .map_err(|UnknownProfile(profile)| TurnError::UnknownProfile(profile))?;
+    let max_bytes = planned.budget(request.budget.map(|b| b.max_bytes));
+    let Ok(called) = planned.call(&source).await;
+    let slowest_call = called
+        .calls
+        .iter()
+        .filter_map(|call| call.facts.duration)
+        .max()
+        .unwrap_or_default();
+    let answered = called.assemble(Rendering {
         max_bytes,
-        &kernel::random_nonce(),
-        &mut handles,
-    );
-    let turn_id = uuid::Uuid::now_v7().to_string();
-    let locators = Locators::of(&result, &registry.digest_key);
-    let duration = started.elapsed();
-
-    let mut trace = capture(
-        &TurnFacts {
-            turn_id: &turn_id,
+        nonce: &kernel::random_nonce(),
+        handles: &mut StoreSink {
+            store: &registry.handles,
             tenant: &tenant.id,
-            project,
-            binding: runtime
-                .binding
-                .as_ref()
-                .map(|(r, d)| (r.as_str(), d.as_str())),
-            profile: profile_id,
-            objective: request.objective.as_deref(),
-            consumer: request.consumer.as_deref(),
-            inputs: &request.inputs,
-            deadline: timeout,
-            mode: match registry.mode {
-                Mode::Live => Source::Live,
-                Mode::Fixtures => Source::TestFixture,
-            },
-            started_at,
-            duration,
         },
-        &plan,
-        &outcomes,
-        &facts,
-        &result,
-        &locators,
-        &registry.digest_key,
-        &|provider| trace_settings(registry.mode, runtime, provider),
-    );
+        locators: Some(&registry.digest_key),
+    });
+    let turn_id = uuid::Uuid::now_v7().to_string();
+    let facts = TurnFacts {
+        turn_id: &turn_id,
+        tenant: &tenant.id,
+        binding: runtime
+            .binding
+            .as_ref()
+            .map(|(r, d)| (r.as_str(), d.as_str())),
+        ask,
+        deadline: timeout,
+        mode: match registry.mode {
+            Mode::Live => Source::Live,
+            Mode::Fixtures => Source::TestFixture,
+        },
+        started_at,
+        duration: started.elapsed(),
+    };
+    let mut trace = answered.capture(&facts, &registry.digest_key, &|provider| {
+        trace_settings(registry.mode, runtime, provider)
+    });
     let record_build = !runtime.build_recorded.swap(true, Ordering::AcqRel);
     if record_build {
         trace.build = Some((project.digest.clone(), runtime.build_json.clone()));
@@ -209,32 +177,21 @@ async fn run_turn(
     }
     // Everything the coordinator did, trace capture and queueing included.
     let handled = started.elapsed();
-    let slowest_call = facts.iter().map(|f| f.duration).max().unwrap_or_default();
     metrics::TurnTimed {
         tenant: &tenant.id,
         duration: handled,
         overhead: handled.saturating_sub(slowest_call),
     }
     .emit();
-    let response = respond(
-        runtime,
-        &plan.invocations,
-        &facts,
-        result,
-        locators,
-        &request,
-        profile_id,
-        turn_id,
-        duration,
-    );
+    let response = answered.respond(&facts);
     // Debug, not info: a busy replica answers thousands of turns a second; the turns
     // counter and the trace store already account for every one.
     tracing::debug!(
         tenant = %tenant.id,
         project = %project.id(),
         turn_id = %response.turn_id,
-        blocked = response.blocked,
-        providers = response.providers.len(),
+        blocked = response.result.blocked,
+        providers = response.result.providers.len(),
         duration_ms = response.duration_ms,
         "turn answered"
     );
@@ -269,55 +226,57 @@ fn check_range(field: &str, value: u64, min: u64, max: u64) -> Result<(), TurnEr
     }
 }
 
-async fn invoke(
+/// The outcome source of a served turn: the tenant's bound providers (live), or the
+/// Projects' Context Test fixtures matched by lookup value (`serve --fixtures`).
+struct ServedProviders<'a> {
     mode: Mode,
-    tenant: &str,
-    runtime: &ProjectRuntime,
-    invocation: &Invocation,
+    tenant: &'a str,
+    runtime: &'a ProjectRuntime,
     turn_deadline: Instant,
-) -> (Outcome, CallFacts) {
-    let started = Instant::now();
-    let (mut outcome, version_source) = match mode {
-        Mode::Fixtures => {
-            let outcome = match fixture_by_value(&runtime.project, invocation) {
-                Some(fixture) => fixtures::fixture_outcome(fixture, invocation.limit),
-                None => fixtures::missing_fixture(),
-            };
-            let source = outcome.version.is_some().then_some(VersionSource::Response);
-            (outcome, source)
+}
+
+impl OutcomeSource for ServedProviders<'_> {
+    type Error = Infallible;
+
+    fn is_bound(&self, provider: &str) -> bool {
+        match self.mode {
+            Mode::Live => self.runtime.providers.contains_key(provider),
+            Mode::Fixtures => true,
         }
-        Mode::Live => {
-            let call = invoke_live(runtime, invocation, turn_deadline);
-            match tokio::time::timeout_at(turn_deadline + DEADLINE_GRACE, call).await {
-                Ok(invoked) => invoked,
-                Err(_) => (
-                    Outcome::status(
-                        ProviderStatus::Timeout,
-                        Some(detail::DEADLINE.to_owned()),
-                        Source::Live,
-                    ),
-                    None,
-                ),
+    }
+
+    async fn answer(&self, invocation: &Invocation) -> Result<(Outcome, CallFacts), Infallible> {
+        let started = Instant::now();
+        let (outcome, version_source) = match self.mode {
+            Mode::Fixtures => {
+                let fixture = fixture_by_value(&self.runtime.project, invocation);
+                let outcome = fixture_answer(fixture, invocation.limit);
+                let source = outcome.version.is_some().then_some(VersionSource::Response);
+                (outcome, source)
             }
+            Mode::Live => {
+                let call = invoke_live(self.runtime, invocation, self.turn_deadline);
+                match tokio::time::timeout_at(self.turn_deadline + DEADLINE_GRACE, call).await {
+                    Ok(invoked) => invoked,
+                    Err(_) => (Outcome::failed(Failure::Deadline, Source::Live), None),
+                }
+            }
+        };
+        let facts = CallFacts {
+            version_source,
+            duration: Some(started.elapsed()),
+            observed_at: SystemTime::now(),
+        };
+        metrics::ProviderCallFinished {
+            tenant: self.tenant,
+            provider: &invocation.provider_id,
+            status: outcome.status().as_str(),
+            detail: outcome.detail(),
+            duration: started.elapsed(),
         }
-    };
-    if outcome.status != ProviderStatus::Ok {
-        outcome.items.clear();
+        .emit();
+        Ok((outcome, facts))
     }
-    let facts = CallFacts {
-        version_source,
-        duration: started.elapsed(),
-        observed_at: SystemTime::now(),
-    };
-    metrics::ProviderCallFinished {
-        tenant,
-        provider: &invocation.provider_id,
-        status: outcome.status.as_str(),
-        detail: outcome.detail.as_deref(),
-        duration: facts.duration,
-    }
-    .emit();
-    (outcome, facts)
 }
 
 async fn invoke_live(
@@ -325,28 +284,16 @@ async fn invoke_live(
     invocation: &Invocation,
     turn_deadline: Instant,
 ) -> (Outcome, Option<VersionSource>) {
-    let fail = |detail: &str| {
-        (
-            Outcome::status(
-                ProviderStatus::Unavailable,
-                Some(detail.to_owned()),
-                Source::Live,
-            ),
-            None,
-        )
-    };
+    let refused = |failure: Failure| (Outcome::failed(failure, Source::Live), None);
     let Some(handle) = runtime.providers.get(&invocation.provider_id) else {
         // Gating only plans bound providers.
-        return (
-            Outcome::status(ProviderStatus::NotBound, None, Source::Live),
-            None,
-        );
+        return refused(Failure::NotBound);
     };
     // Admission never waits: no free permit is an immediate OVERLOADED.
     let grant = match handle.gate.acquire() {
         Ok(grant) => grant,
-        Err(Refusal::CircuitOpen) => return fail(detail::CIRCUIT_OPEN),
-        Err(Refusal::Overloaded) => return fail(detail::OVERLOADED),
+        Err(Refusal::CircuitOpen) => return refused(Failure::CircuitOpen),
+        Err(Refusal::Overloaded) => return refused(Failure::Overloaded),
     };
     let provider_deadline = Instant::now() + grant.timeout;
     let call = LookupCall {
@@ -360,19 +307,19 @@ async fn invoke_live(
     drop(grant.permit);
     // A call cut short by the turn's own (shorter) deadline says nothing about the
     // provider: a client asking for tight deadlines must not open the circuit for all.
-    let cut_by_turn =
-        turn_deadline < provider_deadline && outcome.status == ProviderStatus::Timeout;
+    let cut_by_turn = turn_deadline < provider_deadline
+        && outcome.status() == crate::contract::ProviderStatus::Timeout;
     let result = if cut_by_turn {
         CallResult::Neutral
     } else {
-        classify(outcome.status, outcome.detail.as_deref())
+        classify(&outcome)
     };
     handle.gate.report(grant.ticket, result);
-    if outcome.status != ProviderStatus::Ok && outcome.status != ProviderStatus::NotFound {
+    if let Some(failure) = outcome.failure() {
         tracing::warn!(
             provider = %invocation.provider_id,
-            status = outcome.status.as_str(),
-            detail = outcome.detail.as_deref().unwrap_or(""),
+            status = failure.status().as_str(),
+            detail = failure.detail().unwrap_or(""),
             "provider call failed"
         );
     }
@@ -424,108 +371,5 @@ fn trace_settings<'r>(
             retention: Retention::default(),
             retention_ttl: DEFAULT_RETENTION_TTL,
         },
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn respond(
-    runtime: &ProjectRuntime,
-    invocations: &[Invocation],
-    facts: &[CallFacts],
-    result: TurnResult,
-    locators: Locators,
-    request: &TurnRequest,
-    profile: &str,
-    turn_id: String,
-    duration: Duration,
-) -> TurnResponse {
-    let facts_of = |provider: &str| {
-        invocations
-            .iter()
-            .position(|i| i.provider_id == provider)
-            .map(|i| &facts[i])
-    };
-    let providers = result
-        .providers
-        .into_iter()
-        .map(|p| {
-            let facts = facts_of(&p.id);
-            ProviderReport {
-                version_source: facts.and_then(|f| f.version_source),
-                duration_ms: facts.map(|f| f.duration.as_millis() as u64),
-                version: p.version,
-                id: p.id,
-                status: p.status,
-                detail: p.detail,
-                source: p.source,
-                currentness: p.currentness,
-                revision: p.revision,
-                items: p.items,
-            }
-        })
-        .collect();
-    TurnResponse {
-        turn_id,
-        project: runtime.project.id().to_owned(),
-        project_version: runtime.project.doc.version.clone(),
-        build_digest: runtime.project.digest.clone(),
-        binding_revision: runtime
-            .binding
-            .as_ref()
-            .map(|(revision, _)| revision.clone()),
-        binding_digest: runtime.binding.as_ref().map(|(_, digest)| digest.clone()),
-        profile: profile.to_owned(),
-        objective: request.objective.clone(),
-        consumer: request.consumer.clone(),
-        blocked: result.blocked,
-        blocking_layers: result.blocking_layers,
-        layers: result
-            .layers
-            .into_iter()
-            .map(|l| LayerReport {
-                id: l.id,
-                status: l.status,
-                reason: l.reason,
-                required: l.required,
-                providers: l.providers,
-                missing_inputs: l.missing_inputs,
-                currentness: l.currentness,
-            })
-            .collect(),
-        providers,
-        selections: result
-            .selections
-            .into_iter()
-            .zip(locators.selections)
-            .map(|(s, locator)| SelectionReport {
-                layer: s.layer,
-                locator,
-                provider: s.provider,
-                fingerprint: Some(s.fingerprint),
-                bytes: s.bytes,
-                truncated: s.truncated,
-                handle: s.handle,
-            })
-            .collect(),
-        cuts: result
-            .cuts
-            .into_iter()
-            .zip(locators.cuts)
-            .map(|(c, locator)| CutReport {
-                layer: c.layer,
-                locator,
-                provider: c.provider,
-                action: c.action,
-                bytes_before: c.bytes_before,
-                bytes_after: c.bytes_after,
-            })
-            .collect(),
-        budget: BudgetReport {
-            max_bytes: result.budget.max_bytes,
-            used_bytes: result.budget.used_bytes,
-        },
-        rendered: result.rendered,
-        rendered_digest: result.rendered_digest,
-        duration_ms: duration.as_millis() as u64,
     }
 }

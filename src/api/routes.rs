@@ -121,7 +121,7 @@ async fn turn(
     let mut tenant = None;
     let result = answer_turn(&request, payload, &state, &coordinator, &mut tenant).await;
     let outcome = match &result {
-        Ok(response) if response.blocked => "blocked",
+        Ok(response) if response.result.blocked => "blocked",
         Ok(_) => "answered",
         Err(error) => error.metric_outcome(),
     };

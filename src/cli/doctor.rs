@@ -20,10 +20,11 @@
 use crate::config::{
     ApiKey, Binding, EnvVars, ProviderBinding, ProviderKind, ServerConfig, TenantConfig, TraceStore,
 };
+use crate::outcome::Failure;
 use crate::project::Project;
-use crate::providers::http::HttpProvider;
+use crate::providers::Secret;
+use crate::providers::http::{DescribeError, HttpProvider};
 use crate::providers::sqlite::SqliteProvider;
-use crate::providers::{Secret, detail};
 use crate::trace::digest::{GENERATED_KEY_FILE, MIN_KEY_BYTES};
 use clap::Args;
 use futures_util::future::join_all;
@@ -722,52 +723,46 @@ async fn check_http(
                 started.elapsed().as_millis()
             ),
         ),
-        Err(outcome) => {
-            let detail = outcome.detail.as_deref().unwrap_or("");
-            let status = if detail.is_empty() {
-                outcome.status.to_string()
-            } else {
-                format!("{} ({detail})", outcome.status)
-            };
-            report.fail(
-                subject,
-                format!(
-                    "describe failed: {status}: {}",
-                    explain(detail, &outcome.status.to_string(), timeout_ms)
-                ),
-            );
-        }
+        Err(error) => report.fail(
+            subject,
+            format!(
+                "describe failed: {error}: {}",
+                explain(&error, timeout_ms)
+            ),
+        ),
     }
 }
 
 /// What a failed `describe` means, in words an operator can act on.
-fn explain(detail: &str, status: &str, timeout_ms: u128) -> String {
-    match detail {
-        detail::CONNECT_FAILED => {
+fn explain(error: &DescribeError, timeout_ms: u128) -> String {
+    let failure = match error {
+        DescribeError::NotFound => return "the endpoint answered 404 to describe".to_owned(),
+        DescribeError::Failed(failure) => failure,
+    };
+    match failure {
+        Failure::ConnectFailed => {
             "nothing answered at the endpoint (connection refused, unreachable, DNS or TLS)"
                 .to_owned()
         }
-        detail::CONNECTION_RESET => "the connection closed before a complete answer".to_owned(),
-        detail::DEADLINE => format!("no complete answer within the binding's {timeout_ms} ms"),
-        detail::WRONG_CONTRACT => "the answer is not context-provider.v1".to_owned(),
-        detail::NO_LOOKUP_CAPABILITY => {
-            "the answer's capabilities do not include lookup".to_owned()
-        }
-        detail::REDIRECT_REFUSED => {
+        Failure::ConnectionReset => "the connection closed before a complete answer".to_owned(),
+        Failure::Deadline => format!("no complete answer within the binding's {timeout_ms} ms"),
+        Failure::WrongContract => "the answer is not context-provider.v1".to_owned(),
+        Failure::NoLookupCapability => "the answer's capabilities do not include lookup".to_owned(),
+        Failure::RedirectRefused => {
             "the endpoint answered a redirect, which ctxd never follows: bind the final URL"
                 .to_owned()
         }
-        detail::UNAUTHORIZED => "the endpoint refused the credential (401/403)".to_owned(),
-        detail::CREDENTIAL_REFLECTED => {
+        Failure::Unauthorized => "the endpoint refused the credential (401/403)".to_owned(),
+        Failure::CredentialReflected => {
             "the answer echoed the bound secret, which ctxd refuses".to_owned()
         }
-        detail::RESPONSE_TOO_LARGE => "the answer is larger than 1 MiB".to_owned(),
-        detail::MALFORMED => "the answer is not a describe answer".to_owned(),
-        code if code.starts_with("HTTP_") => {
-            format!("the endpoint answered HTTP {}", &code["HTTP_".len()..])
-        }
-        "" if status == "NOT_FOUND" => "the endpoint answered 404 to describe".to_owned(),
-        other => format!("the provider answer was refused ({other})"),
+        Failure::ResponseTooLarge => "the answer is larger than 1 MiB".to_owned(),
+        Failure::Malformed => "the answer is not a describe answer".to_owned(),
+        Failure::HttpStatus(code) => format!("the endpoint answered HTTP {code}"),
+        other => format!(
+            "the provider answer was refused ({})",
+            other.detail().unwrap_or_default()
+        ),
     }
 }
 
@@ -819,12 +814,13 @@ mod tests {
 
     #[test]
     fn failed_describes_are_explained() {
-        assert!(explain("CONNECT_FAILED", "UNAVAILABLE", 800).contains("nothing answered"));
-        assert!(explain("DEADLINE", "TIMEOUT", 800).contains("800 ms"));
+        let failed = |failure| DescribeError::Failed(failure);
+        assert!(explain(&failed(Failure::ConnectFailed), 800).contains("nothing answered"));
+        assert!(explain(&failed(Failure::Deadline), 800).contains("800 ms"));
         assert_eq!(
-            explain("HTTP_503", "UNAVAILABLE", 800),
+            explain(&failed(Failure::HttpStatus(503)), 800),
             "the endpoint answered HTTP 503"
         );
-        assert!(explain("", "NOT_FOUND", 800).contains("404"));
+        assert!(explain(&DescribeError::NotFound, 800).contains("404"));
     }
 }

@@ -6,8 +6,8 @@
 use crate::config::{EnvVars, ServerConfig, TraceStore};
 use crate::trace::DigestKey;
 use crate::trace::digest::GENERATED_KEY_FILE;
-use crate::trace::replay::{ReplayResult, replay_from_store};
 use crate::trace::store::TraceReader;
+use crate::turn::replay::{ReplayResult, replay_from_store};
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use std::fmt::Write;
@@ -193,7 +193,7 @@ mod tests {
     use super::*;
     use crate::cli::{Cli, Command};
     use crate::contract::{LayerReason, LayerStatus, ProviderStatus};
-    use crate::trace::replay::{ProviderReplay, ReplayedLayer, ReplayedProvider};
+    use crate::turn::replay::{ProviderReplay, ReplayedLayer, ReplayedProvider};
     use clap::Parser;
 
     fn parse(args: &[&str]) -> Result<ReplayArgs, clap::Error> {

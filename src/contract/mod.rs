@@ -11,7 +11,7 @@ pub use item::{Currentness, Item};
 pub use status::{LayerReason, LayerStatus, ProviderStatus, Source};
 pub use turn::{
     BudgetReport, CutAction, CutReport, ErrorBody, ErrorDetail, LayerReport, ProviderReport,
-    SelectionReport, TurnBudget, TurnRequest, TurnResponse, VersionSource,
+    SelectionReport, TurnBudget, TurnRequest, TurnResponse, TurnResult, VersionSource,
 };
 pub use wire::{
     CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse, WireItem,

@@ -47,10 +47,22 @@ pub struct TurnResponse {
     pub objective: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer: Option<String>,
+    #[serde(flatten)]
+    pub result: TurnResult,
+    pub duration_ms: u64,
+}
+
+/// What the kernel made of a turn: every layer's and provider's status, the rendered
+/// text, what was selected and cut, and the budget. The turn answer, Preview and replay
+/// report it as it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnResult {
     pub blocked: bool,
     pub blocking_layers: Vec<String>,
     pub layers: Vec<LayerReport>,
     pub providers: Vec<ProviderReport>,
+    /// `None` when the turn is blocked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rendered: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,9 +70,13 @@ pub struct TurnResponse {
     pub selections: Vec<SelectionReport>,
     pub cuts: Vec<CutReport>,
     pub budget: BudgetReport,
-    pub duration_ms: u64,
+    /// The fence nonce actually used (never found inside any material). Recorded in the
+    /// trace so a replay renders the same text; not part of the answer.
+    #[serde(skip)]
+    pub nonce: String,
 }
 
+/// One layer's status and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LayerReport {
@@ -70,8 +86,10 @@ pub struct LayerReport {
     pub required: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub providers: Vec<String>,
+    /// Names of missing inputs, for `PROVIDER_INPUT_NOT_PROVIDED`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_inputs: Vec<String>,
+    /// Worst currentness of the layer's provider data, for bound layers that got data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub currentness: Option<Currentness>,
 }
@@ -85,13 +103,17 @@ pub enum VersionSource {
     Binding,
 }
 
+/// One provider the turn reached: invoked, or decided by gating (`INVALID_REQUEST`,
+/// `NOT_BOUND`, `NOT_EVALUATED`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderReport {
     pub id: String,
     pub status: ProviderStatus,
+    /// Why a fast failure happened (`CIRCUIT_OPEN`, `OVERLOADED`, a secret detector …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// Set when the provider was invoked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<Source>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,6 +129,7 @@ pub struct ProviderReport {
     pub duration_ms: Option<u64>,
 }
 
+/// One rendered material (static text or a provider item).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SelectionReport {
@@ -121,6 +144,7 @@ pub struct SelectionReport {
     /// absent in a trace under `retention = "none"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
+    /// Content bytes rendered.
     pub bytes: usize,
     pub truncated: bool,
     /// `{id, version}` when the item is kept behind a handle instead of rendered.
@@ -128,6 +152,7 @@ pub struct SelectionReport {
     pub handle: Option<crate::handles::HandleRef>,
 }
 
+/// One budget cut.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CutReport {

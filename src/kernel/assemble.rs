@@ -2,123 +2,20 @@
 //! the rendered text cut to the byte budget — lowest-priority material truncated or
 //! dropped first, every cut recorded, every rendered material recorded as a selection.
 
-use super::Outcome;
 use super::render;
 use crate::contract::{
-    Currentness, CutAction, Item, LayerReason, LayerStatus, ProviderStatus, Source,
+    BudgetReport, Currentness, CutAction, CutReport, Item, LayerReason, LayerReport, LayerStatus,
+    ProviderReport, ProviderStatus, SelectionReport, TurnResult,
 };
-use crate::digest::{canonical_digest, sha256_tagged};
-use crate::gate::{LayerDecision, Plan, ProviderDecision};
+use crate::digest::sha256_tagged;
+use crate::gate::{Decisions, LayerDecision, ProviderDecision};
 use crate::handles::HandleRef;
+use crate::outcome::{Call, Outcome};
 use crate::project::{CurrentnessRule, LayerKind, Project};
-use serde::Serialize;
+use crate::trace::DigestKey;
 
 /// Material that would show fewer content bytes than this is dropped, not truncated.
 const MIN_SHOWN_BYTES: usize = 64;
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TurnResult {
-    pub layers: Vec<LayerResult>,
-    pub providers: Vec<ProviderResult>,
-    pub blocked: bool,
-    pub blocking_layers: Vec<String>,
-    /// `None` when the turn is blocked.
-    pub rendered: Option<String>,
-    pub rendered_digest: Option<String>,
-    pub selections: Vec<Selection>,
-    pub cuts: Vec<Cut>,
-    pub budget: BudgetUse,
-    /// The fence nonce actually used (never found inside any material).
-    #[serde(skip)]
-    pub nonce: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LayerResult {
-    pub id: String,
-    pub status: LayerStatus,
-    pub reason: LayerReason,
-    pub required: bool,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub providers: Vec<String>,
-    /// Names of missing inputs, for `PROVIDER_INPUT_NOT_PROVIDED`.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub missing_inputs: Vec<String>,
-    /// Worst currentness of the layer's provider data, for bound layers that got data.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub currentness: Option<Currentness>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProviderResult {
-    pub id: String,
-    pub status: ProviderStatus,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-    /// Set when the provider was invoked.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub source: Option<Source>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub currentness: Option<Currentness>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub revision: Option<String>,
-    pub items: usize,
-}
-
-/// One rendered material.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Selection {
-    pub layer: String,
-    /// The provider that supplied it; `None` for static layer text.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub provider: Option<String>,
-    /// 1-based position among the provider's items.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub item: Option<usize>,
-    /// The provider's record id, from which a trace derives a keyed locator. Never
-    /// serialized: responses and traces carry only the locator.
-    #[serde(skip)]
-    pub item_id: Option<String>,
-    /// SHA-256 of the canonical item (or of the static text).
-    pub fingerprint: String,
-    /// Content bytes rendered.
-    pub bytes: usize,
-    pub truncated: bool,
-    /// The handle the item is kept behind when it did not fit (a reference is rendered
-    /// instead of its content).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub handle: Option<HandleRef>,
-}
-
-/// One budget cut.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Cut {
-    pub layer: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub provider: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub item: Option<usize>,
-    /// The provider's record id, for a keyed locator. Never serialized.
-    #[serde(skip)]
-    pub item_id: Option<String>,
-    pub action: CutAction,
-    pub bytes_before: usize,
-    pub bytes_after: usize,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BudgetUse {
-    pub max_bytes: usize,
-    pub used_bytes: usize,
-}
 
 /// Where items that do not fit go when their layer offers handles.
 pub trait HandleSink {
@@ -136,40 +33,65 @@ impl HandleSink for NoHandles {
     }
 }
 
-/// Assembles a turn. `outcomes[i]` answers `plan.invocations[i]`; `nonce` is the
-/// candidate fence nonce (replaced deterministically if any material contains it).
-/// Handles are not offered; see [`assemble_with_handles`].
-pub fn assemble(
-    project: &Project,
-    plan: &Plan,
-    outcomes: &[Outcome],
-    max_bytes: usize,
-    nonce: &str,
-) -> TurnResult {
-    assemble_with_handles(project, plan, outcomes, max_bytes, nonce, &mut NoHandles)
+/// How one turn is rendered.
+pub struct Rendering<'a> {
+    /// The byte budget of the rendered text.
+    pub max_bytes: usize,
+    /// The candidate fence nonce (replaced deterministically if any material contains it).
+    pub nonce: &'a str,
+    /// Where items that do not fit go when their layer offers handles.
+    pub handles: &'a mut dyn HandleSink,
+    /// Keys the locators of selections and cuts; `None` leaves them out (Context Tests
+    /// and Preview, which have no deployment key).
+    pub locators: Option<&'a DigestKey>,
 }
 
-/// Assembles a turn; items of layers with `handles: true` that do not fit are offered
-/// to `handles` and referenced in the text.
-pub fn assemble_with_handles(
+/// Assembles a turn without handles or locators. `calls[i]` answers the plan's
+/// invocation `i`; see [`assemble_with`].
+pub fn assemble(
     project: &Project,
-    plan: &Plan,
-    outcomes: &[Outcome],
+    decisions: &Decisions,
+    calls: &[Call],
     max_bytes: usize,
     nonce: &str,
-    handles: &mut dyn HandleSink,
 ) -> TurnResult {
-    assert_eq!(
-        outcomes.len(),
-        plan.invocations.len(),
-        "one outcome per invocation"
-    );
-    let provider_outcome = |p: usize| match plan.providers[p] {
-        ProviderDecision::Invoke(i) => Some(&outcomes[i]),
+    let rendering = Rendering {
+        max_bytes,
+        nonce,
+        handles: &mut NoHandles,
+        locators: None,
+    };
+    assemble_with(project, decisions, calls, rendering)
+}
+
+/// Assembles a turn: statuses, the blocked rule, and — unless blocked — the text cut to
+/// the budget. Items of layers with `handles: true` that do not fit are offered to
+/// `rendering.handles` and referenced in the text.
+pub fn assemble_with(
+    project: &Project,
+    decisions: &Decisions,
+    calls: &[Call],
+    rendering: Rendering<'_>,
+) -> TurnResult {
+    let Rendering {
+        max_bytes,
+        nonce,
+        handles,
+        locators,
+    } = rendering;
+    let provider_call = |p: usize| match decisions.providers[p] {
+        ProviderDecision::Invoke(i) => {
+            let call = &calls[i];
+            debug_assert_eq!(
+                call.invocation.provider, p,
+                "calls answer invocations in order"
+            );
+            Some(call)
+        }
         _ => None,
     };
-    let providers = provider_results(project, plan, &provider_outcome);
-    let layers = layer_results(project, plan, &provider_outcome);
+    let providers = provider_results(project, decisions, &provider_call);
+    let layers = layer_results(project, decisions, &provider_call);
 
     let blocking_layers: Vec<String> = project
         .layers
@@ -178,7 +100,7 @@ pub fn assemble_with_handles(
         .filter(|(spec, result)| {
             spec.required
                 && result.status.blocks_when_required()
-                && !(plan.blocked && result.reason == LayerReason::NotEvaluated)
+                && !(decisions.blocked && result.reason == LayerReason::NotEvaluated)
         })
         .map(|(spec, _)| spec.id.clone())
         .collect();
@@ -194,7 +116,7 @@ pub fn assemble_with_handles(
             rendered_digest: None,
             selections: Vec::new(),
             cuts: Vec::new(),
-            budget: BudgetUse {
+            budget: BudgetReport {
                 max_bytes,
                 used_bytes: 0,
             },
@@ -202,8 +124,9 @@ pub fn assemble_with_handles(
         };
     }
 
-    let nonce = safe_nonce(project, plan, outcomes, nonce);
-    let mut layout = Layout::build(project, &layers, &providers, &provider_outcome, &nonce);
+    let nonce = safe_nonce(project, calls, nonce);
+    let mut layout = Layout::build(project, &layers, &providers, &provider_call, &nonce);
+    layout.locators = locators;
     let cuts = layout.fit(max_bytes, handles);
     let rendered = layout.render();
     let selections = layout.selections();
@@ -213,7 +136,7 @@ pub fn assemble_with_handles(
         blocked,
         blocking_layers,
         rendered_digest: Some(sha256_tagged(rendered.as_bytes())),
-        budget: BudgetUse {
+        budget: BudgetReport {
             max_bytes,
             used_bytes: rendered.len(),
         },
@@ -224,16 +147,16 @@ pub fn assemble_with_handles(
     }
 }
 
-fn provider_results<'o>(
+fn provider_results<'c>(
     project: &Project,
-    plan: &Plan,
-    provider_outcome: &dyn Fn(usize) -> Option<&'o Outcome>,
-) -> Vec<ProviderResult> {
+    decisions: &Decisions,
+    provider_call: &dyn Fn(usize) -> Option<&'c Call>,
+) -> Vec<ProviderReport> {
     let mut results = Vec::new();
-    for (p, decision) in plan.providers.iter().enumerate() {
+    for (p, decision) in decisions.providers.iter().enumerate() {
         let id = project.providers[p].id.clone();
-        let result = match (decision.final_status(), provider_outcome(p)) {
-            (Some(status), _) => ProviderResult {
+        let result = match (decision.final_status(), provider_call(p)) {
+            (Some(status), _) => ProviderReport {
                 id,
                 status,
                 detail: match decision {
@@ -243,19 +166,26 @@ fn provider_results<'o>(
                 source: None,
                 currentness: None,
                 version: None,
+                version_source: None,
                 revision: None,
                 items: 0,
+                duration_ms: None,
             },
-            (None, Some(outcome)) => ProviderResult {
-                id,
-                status: outcome.status,
-                detail: outcome.detail.clone(),
-                source: Some(outcome.source),
-                currentness: outcome.status.is_success().then_some(outcome.currentness),
-                version: outcome.version.clone(),
-                revision: outcome.revision.clone(),
-                items: outcome.items.len(),
-            },
+            (None, Some(call)) => {
+                let outcome = &call.outcome;
+                ProviderReport {
+                    id,
+                    status: outcome.status(),
+                    detail: outcome.detail().map(str::to_owned),
+                    source: Some(outcome.source),
+                    currentness: outcome.currentness(),
+                    version: outcome.version.clone(),
+                    version_source: call.facts.version_source,
+                    revision: outcome.revision.clone(),
+                    items: outcome.items_found().len(),
+                    duration_ms: call.facts.duration.map(|d| d.as_millis() as u64),
+                }
+            }
             (None, None) => continue,
         };
         results.push(result);
@@ -263,21 +193,21 @@ fn provider_results<'o>(
     results
 }
 
-fn layer_results<'o>(
+fn layer_results<'c>(
     project: &Project,
-    plan: &Plan,
-    provider_outcome: &dyn Fn(usize) -> Option<&'o Outcome>,
-) -> Vec<LayerResult> {
+    decisions: &Decisions,
+    provider_call: &dyn Fn(usize) -> Option<&'c Call>,
+) -> Vec<LayerReport> {
     project
         .layers
         .iter()
-        .zip(&plan.layers)
+        .zip(&decisions.layers)
         .map(|(spec, decision)| {
             let bound: &[usize] = match &spec.kind {
                 LayerKind::Bound { providers } => providers,
                 LayerKind::Static { .. } => &[],
             };
-            let mut result = LayerResult {
+            let mut result = LayerReport {
                 id: spec.id.clone(),
                 status: LayerStatus::Included,
                 reason: LayerReason::Static,
@@ -299,8 +229,10 @@ fn layer_results<'o>(
                 LayerDecision::Static => (LayerStatus::Included, LayerReason::Static),
                 LayerDecision::Refused => (LayerStatus::Unavailable, LayerReason::ProviderFailed),
                 LayerDecision::Fetch => {
-                    let outcomes: Vec<Option<&Outcome>> =
-                        bound.iter().map(|&p| provider_outcome(p)).collect();
+                    let outcomes: Vec<Option<&Outcome>> = bound
+                        .iter()
+                        .map(|&p| provider_call(p).map(|call| &call.outcome))
+                        .collect();
                     result.currentness = worst_currentness(&outcomes);
                     fetched_layer_status(spec.currentness, &outcomes)
                 }
@@ -319,19 +251,19 @@ fn fetched_layer_status(
 ) -> (LayerStatus, LayerReason) {
     if outcomes
         .iter()
-        .any(|o| o.is_none_or(|o| o.status == ProviderStatus::NotEvaluated))
+        .any(|o| o.is_none_or(|o| o.status() == ProviderStatus::NotEvaluated))
     {
         return (LayerStatus::Unknown, LayerReason::NotEvaluated);
     }
     let outcomes: Vec<&Outcome> = outcomes.iter().flatten().copied().collect();
-    if outcomes.iter().any(|o| !o.status.is_success()) {
+    if outcomes.iter().any(|o| !o.is_success()) {
         return (LayerStatus::Unavailable, LayerReason::ProviderFailed);
     }
     let answered: Vec<&&Outcome> = outcomes.iter().filter(|o| o.found_anything()).collect();
     if rule == CurrentnessRule::Required
         && answered
             .iter()
-            .any(|o| o.currentness != Currentness::Current)
+            .any(|o| o.currentness() != Some(Currentness::Current))
     {
         return (LayerStatus::Unknown, LayerReason::NotCurrent);
     }
@@ -352,12 +284,12 @@ fn worst_currentness(outcomes: &[Option<&Outcome>]) -> Option<Currentness> {
         .iter()
         .flatten()
         .filter(|o| o.found_anything())
-        .map(|o| o.currentness)
+        .filter_map(|o| o.currentness())
         .max_by_key(|c| rank(*c))
 }
 
 /// The first nonce in the candidate chain that occurs in no text the render quotes.
-fn safe_nonce(project: &Project, plan: &Plan, outcomes: &[Outcome], candidate: &str) -> String {
+fn safe_nonce(project: &Project, calls: &[Call], candidate: &str) -> String {
     let mut texts: Vec<&str> = Vec::new();
     for layer in &project.layers {
         texts.push(&layer.name);
@@ -365,19 +297,17 @@ fn safe_nonce(project: &Project, plan: &Plan, outcomes: &[Outcome], candidate: &
             texts.push(content);
         }
     }
-    let metadata: Vec<String> = outcomes
-        .iter()
-        .flat_map(|o| &o.items)
+    let items = || calls.iter().flat_map(|call| call.outcome.items_found());
+    let metadata: Vec<String> = items()
         .filter(|item| !item.metadata.is_empty())
         .map(|item| serde_json::to_string(&item.metadata).expect("metadata serializes"))
         .collect();
     texts.extend(metadata.iter().map(String::as_str));
-    for item in outcomes.iter().flat_map(|o| &o.items) {
+    for item in items() {
         texts.push(&item.content);
         texts.extend(item.title.as_deref());
         texts.extend(item.updated_at.as_deref());
     }
-    debug_assert_eq!(outcomes.len(), plan.invocations.len());
     let mut nonce = candidate.to_owned();
     while texts.iter().any(|t| t.contains(nonce.as_str())) {
         nonce = render::next_nonce(&nonce);
@@ -464,6 +394,8 @@ struct Section {
 
 struct Layout<'a> {
     project: &'a Project,
+    /// Keys the locators of selections and cuts; `None` leaves them out.
+    locators: Option<&'a DigestKey>,
     nonce: String,
     notice: String,
     sections: Vec<Section>,
@@ -473,9 +405,9 @@ struct Layout<'a> {
 impl<'a> Layout<'a> {
     fn build(
         project: &'a Project,
-        layers: &[LayerResult],
-        provider_results: &[ProviderResult],
-        provider_outcome: &dyn Fn(usize) -> Option<&'a Outcome>,
+        layers: &[LayerReport],
+        provider_results: &[ProviderReport],
+        provider_call: &dyn Fn(usize) -> Option<&'a Call>,
         nonce: &str,
     ) -> Self {
         let mut sections = Vec::new();
@@ -513,24 +445,25 @@ impl<'a> Layout<'a> {
                 LayerKind::Bound { providers } => {
                     for &p in providers {
                         let provider_id = &project.providers[p].id;
-                        let outcome = provider_outcome(p);
-                        if result.status == LayerStatus::Included {
-                            let outcome = outcome.expect("an included layer's providers answered");
-                            if outcome.found_anything()
-                                && outcome.currentness != Currentness::Current
-                            {
-                                notes.push_str(&render::stale_note(
-                                    provider_id,
-                                    outcome.currentness,
-                                ));
+                        let call = provider_call(p);
+                        let outcome = call.map(|call| &call.outcome);
+                        if let Some(call) = call.filter(|_| result.status == LayerStatus::Included)
+                        {
+                            let outcome = &call.outcome;
+                            let currentness = outcome.currentness().unwrap_or_default();
+                            if outcome.found_anything() && currentness != Currentness::Current {
+                                notes.push_str(&render::stale_note(provider_id, currentness));
                             }
-                            let count = outcome.items.len();
-                            for (i, item) in outcome.items.iter().enumerate() {
+                            let items = outcome.items_found();
+                            let count = items.len();
+                            for (i, (item, fingerprint)) in
+                                items.iter().zip(&call.fingerprints).enumerate()
+                            {
                                 let label = render::ItemLabel {
                                     layer: &spec.id,
                                     provider: provider_id,
                                     position: (i + 1, count),
-                                    currentness: outcome.currentness,
+                                    currentness,
                                 };
                                 materials.push(Material {
                                     section,
@@ -538,7 +471,7 @@ impl<'a> Layout<'a> {
                                     item: Some((i + 1, item)),
                                     label: Some(label),
                                     handles: spec.handles,
-                                    fingerprint: canonical_digest(item),
+                                    fingerprint: fingerprint.clone(),
                                     prefix: render::item_prefix(nonce, &label, item),
                                     content: &item.content,
                                     suffix: render::item_suffix(nonce),
@@ -561,6 +494,7 @@ impl<'a> Layout<'a> {
         }
         Layout {
             project,
+            locators: None,
             nonce: nonce.to_owned(),
             notice: render::data_notice(nonce),
             sections,
@@ -607,7 +541,7 @@ impl<'a> Layout<'a> {
     }
 
     /// Cuts lowest-priority material first until the text fits `max_bytes`.
-    fn fit(&mut self, max_bytes: usize, handles: &mut dyn HandleSink) -> Vec<Cut> {
+    fn fit(&mut self, max_bytes: usize, handles: &mut dyn HandleSink) -> Vec<CutReport> {
         let mut cuts = Vec::new();
         loop {
             let total = self.total_len();
@@ -625,11 +559,10 @@ impl<'a> Layout<'a> {
             } else if let Some(s) = self.sections.iter().rposition(|s| !s.dropped) {
                 let before = self.section_len(s);
                 self.sections[s].dropped = true;
-                cuts.push(Cut {
+                cuts.push(CutReport {
                     layer: self.project.layers[self.sections[s].layer].id.clone(),
                     provider: None,
-                    item: None,
-                    item_id: None,
+                    locator: None,
                     action: CutAction::SectionDropped,
                     bytes_before: before,
                     bytes_after: 0,
@@ -645,7 +578,7 @@ impl<'a> Layout<'a> {
         section.heading.len() + section.notes.len() + section.statements.len()
     }
 
-    fn cut_material(&mut self, m: usize, over: usize, handles: &mut dyn HandleSink) -> Cut {
+    fn cut_material(&mut self, m: usize, over: usize, handles: &mut dyn HandleSink) -> CutReport {
         let nonce = &self.nonce;
         let material = &mut self.materials[m];
         let before = material.shown_bytes();
@@ -685,17 +618,16 @@ impl<'a> Layout<'a> {
         self.cut_record(m, action, before, after)
     }
 
-    fn cut_record(&self, m: usize, action: CutAction, before: usize, after: usize) -> Cut {
+    fn cut_record(&self, m: usize, action: CutAction, before: usize, after: usize) -> CutReport {
         let material = &self.materials[m];
-        Cut {
+        CutReport {
             layer: self.project.layers[self.sections[material.section].layer]
                 .id
                 .clone(),
             provider: material
                 .provider
                 .map(|p| self.project.providers[p].id.clone()),
-            item: material.item.map(|(position, _)| position),
-            item_id: material.item.map(|(_, item)| item.id.clone()),
+            locator: self.locator(material),
             action,
             bytes_before: before,
             bytes_after: after,
@@ -726,18 +658,24 @@ impl<'a> Layout<'a> {
         out
     }
 
-    fn selections(&self) -> Vec<Selection> {
+    /// The keyed locator of a provider item (never its record id); `None` for static
+    /// text or without a key.
+    fn locator(&self, material: &Material<'_>) -> Option<String> {
+        let (key, p, (_, item)) = (self.locators?, material.provider?, material.item?);
+        Some(key.locator(&self.project.providers[p].id, &item.id))
+    }
+
+    fn selections(&self) -> Vec<SelectionReport> {
         self.materials
             .iter()
             .filter(|m| m.shown != Shown::Dropped && !self.sections[m.section].dropped)
-            .map(|m| Selection {
+            .map(|m| SelectionReport {
                 layer: self.project.layers[self.sections[m.section].layer]
                     .id
                     .clone(),
                 provider: m.provider.map(|p| self.project.providers[p].id.clone()),
-                item: m.item.map(|(position, _)| position),
-                item_id: m.item.map(|(_, item)| item.id.clone()),
-                fingerprint: m.fingerprint.clone(),
+                locator: self.locator(m),
+                fingerprint: Some(m.fingerprint.clone()),
                 bytes: m.shown_bytes(),
                 truncated: matches!(m.shown, Shown::Truncated(_)),
                 handle: match &m.shown {
@@ -749,13 +687,13 @@ impl<'a> Layout<'a> {
     }
 }
 
-fn providers_by_id(results: &[ProviderResult], id: &str) -> Option<ProviderStatus> {
+fn providers_by_id(results: &[ProviderReport], id: &str) -> Option<ProviderStatus> {
     results.iter().find(|r| r.id == id).map(|r| r.status)
 }
 
 /// The statement rendered for one provider of a layer, saying what is known of it.
 fn statement(
-    layer: &LayerResult,
+    layer: &LayerReport,
     provider: &str,
     status: Option<ProviderStatus>,
     outcome: Option<&Outcome>,
@@ -769,10 +707,12 @@ fn statement(
             _ => String::new(),
         },
         (LayerStatus::Unknown, LayerReason::NotCurrent) => match outcome {
-            Some(o) if o.found_anything() && o.currentness != Currentness::Current => format!(
-                "{unknown}: provider {provider} reports {} data and this layer requires current data.\n",
-                o.currentness.as_str()
-            ),
+            Some(o) if o.found_anything() && o.currentness() != Some(Currentness::Current) => {
+                format!(
+                    "{unknown}: provider {provider} reports {} data and this layer requires current data.\n",
+                    o.currentness().unwrap_or_default().as_str()
+                )
+            }
             _ => String::new(),
         },
         (LayerStatus::Unknown, LayerReason::NotEvaluated) => {

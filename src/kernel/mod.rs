@@ -3,15 +3,9 @@
 //! deterministic: the same plan, outcomes, budget and nonce always give the same result.
 
 mod assemble;
-mod outcome;
 mod render;
 
-pub use crate::contract::CutAction;
-pub use assemble::{
-    BudgetUse, Cut, HandleSink, LayerResult, NoHandles, ProviderResult, Selection, TurnResult,
-    assemble, assemble_with_handles,
-};
-pub use outcome::Outcome;
+pub use assemble::{HandleSink, NoHandles, Rendering, assemble, assemble_with};
 pub use render::{DATA_NOTICE_TITLE, UNKNOWN_FACTS, fence_nonce_from_seed, random_nonce};
 
 #[cfg(test)]

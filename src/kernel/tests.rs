@@ -1,10 +1,14 @@
 //! Kernel tests: statuses, blocking, currentness, budget cuts, fences and selections.
 
 use super::*;
-use crate::contract::{Currentness, Item, LayerReason, LayerStatus, ProviderStatus, Source};
+use crate::contract::{
+    Currentness, CutAction, Item, LayerReason, LayerStatus, ProviderStatus, Source, TurnResult,
+};
 use crate::digest::canonical_digest;
-use crate::gate::{self, GateRequest};
+use crate::gate::{self, GateRequest, Plan};
+use crate::outcome::{Call, CallFacts, Outcome};
 use crate::project::Project;
+use crate::trace::DigestKey;
 use proptest::prelude::*;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -47,7 +51,48 @@ fn ok(items: Vec<Item>) -> Outcome {
 }
 
 fn failed(status: ProviderStatus) -> Outcome {
-    Outcome::status(status, None, Source::Live)
+    Outcome::stated(status, None, Source::Live)
+}
+
+/// The key of the locators in these tests.
+fn key() -> DigestKey {
+    DigestKey::from_bytes(vec![3u8; 32]).unwrap()
+}
+
+/// One call per invocation of `plan`, answered by `outcomes` in order.
+fn calls(plan: &Plan, outcomes: Vec<Outcome>) -> Vec<Call> {
+    assert_eq!(
+        plan.invocations.len(),
+        outcomes.len(),
+        "one outcome per invocation"
+    );
+    plan.invocations
+        .iter()
+        .zip(outcomes)
+        .map(|(invocation, outcome)| {
+            let facts = CallFacts::untimed(&outcome);
+            Call::new(invocation.clone(), outcome, facts)
+        })
+        .collect()
+}
+
+/// Assembles with keyed locators and `handles`.
+fn assemble_keyed(
+    project: &Project,
+    plan: &Plan,
+    outcomes: Vec<Outcome>,
+    max_bytes: usize,
+    nonce: &str,
+    handles: &mut dyn HandleSink,
+) -> TurnResult {
+    let key = key();
+    let rendering = Rendering {
+        max_bytes,
+        nonce,
+        handles,
+        locators: Some(&key),
+    };
+    assemble_with(project, &plan.decisions, &calls(plan, outcomes), rendering)
 }
 
 /// Plans a turn with `customerId` given and every provider bound, then assembles it with
@@ -61,12 +106,7 @@ fn turn(project: &Project, outcomes: Vec<Outcome>, max_bytes: usize) -> TurnResu
         inputs: &inputs,
     };
     let plan = gate::plan(project, &request, &|_| true);
-    assert_eq!(
-        plan.invocations.len(),
-        outcomes.len(),
-        "one outcome per invocation"
-    );
-    assemble(project, &plan, &outcomes, max_bytes, NONCE)
+    assemble_keyed(project, &plan, outcomes, max_bytes, NONCE, &mut NoHandles)
 }
 
 fn status_of(result: &TurnResult, layer: &str) -> (LayerStatus, LayerReason) {
@@ -126,7 +166,7 @@ fn outcomes_map_to_layer_statuses() {
         ),
     ];
     for (outcome, status, reason) in cases {
-        let label = format!("{:?}", outcome.status);
+        let label = format!("{:?}", outcome.status());
         let result = turn(
             &project,
             vec![ok(vec![item("p", "profile")]), outcome],
@@ -215,7 +255,7 @@ fn gating_blocked_turn_names_only_the_cause() {
         inputs: &inputs,
     };
     let plan = gate::plan(&project, &request, &|_| true);
-    let result = assemble(&project, &plan, &[], 100_000, NONCE);
+    let result = assemble(&project, &plan.decisions, &[], 100_000, NONCE);
     assert!(result.blocked);
     assert_eq!(result.blocking_layers, ["profile"]);
     assert_eq!(
@@ -290,8 +330,7 @@ fn a_layer_with_several_providers() {
 #[test]
 fn provider_results_carry_source_detail_and_counts() {
     let project = standard();
-    let mut timeout = failed(ProviderStatus::Unavailable);
-    timeout.detail = Some("CIRCUIT_OPEN".to_owned());
+    let timeout = Outcome::failed(crate::outcome::Failure::CircuitOpen, Source::Live);
     let mut answer = ok(vec![item("1", "a"), item("2", "b")]);
     answer.version = Some("5.0.1".to_owned());
     answer.revision = Some("crm-r9".to_owned());
@@ -327,15 +366,17 @@ fn selections_record_provider_item_fingerprint_and_bytes() {
     assert_eq!(selections[0].provider, None);
     assert_eq!(
         selections[0].fingerprint,
-        crate::digest::sha256_tagged(b"Refunds over 500 EUR need approval.")
+        Some(crate::digest::sha256_tagged(
+            b"Refunds over 500 EUR need approval."
+        ))
     );
     assert_eq!(selections[1].provider.as_deref(), Some("crm"));
-    assert_eq!(selections[1].item, Some(1));
-    assert_eq!(selections[1].item_id.as_deref(), Some("CUST-1"));
-    assert_eq!(selections[1].fingerprint, canonical_digest(&first));
+    // The item, named by its keyed locator (never by its record id).
+    assert_eq!(selections[1].locator, Some(key().locator("crm", "CUST-1")));
+    assert_eq!(selections[1].fingerprint, Some(canonical_digest(&first)));
     assert_eq!(selections[1].bytes, "account state".len());
     assert!(!selections[1].truncated);
-    assert_eq!(selections[3].item, Some(2));
+    assert_eq!(selections[3].locator, Some(key().locator("orders", "O-2")));
     assert_eq!(
         result.budget.used_bytes,
         result.rendered.as_ref().unwrap().len()
@@ -366,8 +407,8 @@ fn rendering_is_deterministic_for_a_nonce() {
         let plan = gate::plan(&project, &request, &|_| true);
         assemble(
             &project,
-            &plan,
-            &outcomes(),
+            &plan.decisions,
+            &calls(&plan, outcomes()),
             100_000,
             "ffffffffffffffffffffffffffffffff",
         )
@@ -545,9 +586,10 @@ mod budget {
         let actions: Vec<_> = result
             .cuts
             .iter()
-            .map(|c| (c.layer.as_str(), c.item, c.action))
+            .map(|c| (c.layer.as_str(), c.locator.clone(), c.action))
             .collect();
-        assert_eq!(actions[0], ("history", Some(2), CutAction::Dropped));
+        let second_order = Some(key().locator("orders", "3"));
+        assert_eq!(actions[0], ("history", second_order, CutAction::Dropped));
         assert!(actions.iter().all(|(layer, _, _)| *layer == "history"));
         let text = result.rendered.unwrap();
         assert!(text.contains("omitted to fit the context budget"));
@@ -629,7 +671,7 @@ mod budget {
 mod handles {
     use super::*;
     use crate::handles::HandleRef;
-    use crate::kernel::{HandleSink, assemble_with_handles};
+    use crate::kernel::HandleSink;
 
     /// Keeps every offered item, numbering handles; remembers what it was given.
     #[derive(Default)]
@@ -671,7 +713,7 @@ mod handles {
             inputs: &inputs,
         };
         let plan = gate::plan(project, &request, &|_| true);
-        assemble_with_handles(project, &plan, &outcomes, max_bytes, NONCE, sink)
+        assemble_keyed(project, &plan, outcomes, max_bytes, NONCE, sink)
     }
 
     #[test]

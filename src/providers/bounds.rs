@@ -2,6 +2,7 @@
 
 use super::secrets;
 use crate::contract::{Item, ProviderStatus};
+use crate::outcome::Failure;
 
 /// Largest response body accepted from a provider, in bytes.
 pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
@@ -42,25 +43,20 @@ pub enum BoundsViolation {
 }
 
 impl BoundsViolation {
-    /// The provider status this violation gives the invocation.
-    pub fn status(&self) -> ProviderStatus {
+    /// The failure this violation gives the invocation: which limit, or the secret
+    /// detector's name (never the secret).
+    pub fn failure(&self) -> Failure {
         match self {
-            BoundsViolation::TooManyItems { .. } | BoundsViolation::ItemTooLarge { .. } => {
-                ProviderStatus::LimitExceeded
-            }
-            BoundsViolation::InvalidItem { .. } => ProviderStatus::InvalidResponse,
-            BoundsViolation::SecretDetected { .. } => ProviderStatus::SecretDetected,
+            BoundsViolation::TooManyItems { .. } => Failure::TooManyItems,
+            BoundsViolation::ItemTooLarge { .. } => Failure::ItemTooLarge,
+            BoundsViolation::InvalidItem { .. } => Failure::Malformed,
+            BoundsViolation::SecretDetected { detector, .. } => Failure::SecretPattern(detector),
         }
     }
 
-    /// The outcome detail: which limit, or the secret detector's name (never the secret).
-    pub fn detail(&self) -> &'static str {
-        match self {
-            BoundsViolation::TooManyItems { .. } => super::detail::TOO_MANY_ITEMS,
-            BoundsViolation::ItemTooLarge { .. } => super::detail::ITEM_TOO_LARGE,
-            BoundsViolation::InvalidItem { .. } => super::detail::MALFORMED,
-            BoundsViolation::SecretDetected { detector, .. } => detector,
-        }
+    /// The provider status this violation gives the invocation.
+    pub fn status(&self) -> ProviderStatus {
+        self.failure().status()
     }
 }
 

@@ -19,13 +19,12 @@
 //! log line: failures carry only a status and a fixed detail.
 
 use super::bounds::{self, MAX_RESPONSE_BYTES};
-use super::{LookupCall, Secret, detail, secrets};
+use super::{LookupCall, Secret, secrets};
 use crate::config::PoolSettings;
 use crate::contract::{
-    CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse, ProviderStatus,
-    Source,
+    CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse, Source,
 };
-use crate::kernel::Outcome;
+use crate::outcome::{Failure, Outcome};
 use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde::Deserialize;
@@ -55,6 +54,22 @@ pub enum HttpSetupError {
     SecretNotAHeaderValue,
     #[error("cannot build the HTTP client")]
     Client(#[source] reqwest::Error),
+}
+
+/// Why a readiness probe did not pass: the endpoint answered 404, or the probe failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DescribeError {
+    NotFound,
+    Failed(Failure),
+}
+
+impl fmt::Display for DescribeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DescribeError::NotFound => f.write_str("NOT_FOUND"),
+            DescribeError::Failed(failure) => failure.fmt(f),
+        }
+    }
 }
 
 /// What a successful readiness probe learned.
@@ -158,22 +173,22 @@ impl HttpProvider {
         &self.endpoint
     }
 
-    /// One lookup. Never panics; every failure is an outcome with a status and a detail.
+    /// One lookup. Never panics; every failure is an outcome with a typed failure.
     /// The whole exchange (connect, headers, body) must finish by `call.deadline`.
     pub async fn lookup(&self, call: &LookupCall<'_>) -> Outcome {
         let request = LookupRequest::new(call.provider, call.key, call.value, call.limit);
         let outcome = match serde_json::to_vec(&request) {
             Ok(body) => match self.exchange_by(call.deadline, body).await {
-                Err(failed) => failed,
-                Ok(Answer::NotFound) => Outcome::status(ProviderStatus::NotFound, None, LIVE),
+                Err(failure) => failed(failure),
+                Ok(Answer::NotFound) => Outcome::not_found(LIVE),
                 Ok(Answer::Body(bytes)) => parse_lookup(&bytes, call.limit),
             },
-            Err(_) => failure(ProviderStatus::InvalidRequest, Some(detail::MALFORMED)),
+            Err(_) => failed(Failure::RequestUnencodable),
         };
         tracing::debug!(
             provider = %call.provider,
-            status = %outcome.status,
-            detail = outcome.detail.as_deref().unwrap_or(""),
+            status = %outcome.status(),
+            detail = outcome.detail().unwrap_or(""),
             "http provider call finished"
         );
         outcome
@@ -181,30 +196,30 @@ impl HttpProvider {
 
     /// The readiness probe: `{"contract":"context-provider.v1","capability":"describe"}`.
     /// `Ok` only for a 2xx answer with the right contract and the `lookup` capability.
-    pub async fn describe(&self, deadline: Instant) -> Result<Described, Outcome> {
+    pub async fn describe(&self, deadline: Instant) -> Result<Described, DescribeError> {
         let body = serde_json::to_vec(&DescribeRequest::default())
-            .map_err(|_| failure(ProviderStatus::InvalidRequest, Some(detail::MALFORMED)))?;
-        match self.exchange_by(deadline, body).await? {
-            Answer::NotFound => Err(Outcome::status(ProviderStatus::NotFound, None, LIVE)),
-            Answer::Body(bytes) => parse_describe(&bytes),
+            .map_err(|_| DescribeError::Failed(Failure::RequestUnencodable))?;
+        match self.exchange_by(deadline, body).await {
+            Err(failure) => Err(DescribeError::Failed(failure)),
+            Ok(Answer::NotFound) => Err(DescribeError::NotFound),
+            Ok(Answer::Body(bytes)) => parse_describe(&bytes).map_err(DescribeError::Failed),
         }
     }
 
     /// [`HttpProvider::exchange`] bounded by `deadline`. A deadline already past sends
     /// nothing: no answer could arrive in time.
-    async fn exchange_by(&self, deadline: Instant, body: Vec<u8>) -> Result<Answer, Outcome> {
-        let timed_out = || failure(ProviderStatus::Timeout, Some(detail::DEADLINE));
+    async fn exchange_by(&self, deadline: Instant, body: Vec<u8>) -> Result<Answer, Failure> {
         if Instant::now() >= deadline {
-            return Err(timed_out());
+            return Err(Failure::Deadline);
         }
         timeout_at(deadline, self.exchange(body))
             .await
-            .map_err(|_elapsed| timed_out())?
+            .map_err(|_elapsed| Failure::Deadline)?
     }
 
     /// `POST`s `body` and reads a 2xx answer's body within the limits. Everything up to
     /// parsing: transport, reflection, status and size.
-    async fn exchange(&self, body: Vec<u8>) -> Result<Answer, Outcome> {
+    async fn exchange(&self, body: Vec<u8>) -> Result<Answer, Failure> {
         let mut request = self
             .client
             .post(self.endpoint.clone())
@@ -219,11 +234,11 @@ impl HttpProvider {
         if let Some(secret) = &self.secret
             && secret.is_in_headers(response.headers())
         {
-            return Err(reflected());
+            return Err(Failure::CredentialReflected);
         }
 
         let code = response.status().as_u16();
-        if let Some((status, detail)) = classify_status(code) {
+        if let Some(refusal) = classify_status(code) {
             // Drain a bounded error body: the secret may be echoed there (a 401 saying
             // which token it refused), and a fully read body lets the connection be
             // reused. Reading problems change nothing: the status already decided.
@@ -233,16 +248,15 @@ impl HttpProvider {
             {
                 let echoed = match read_body(response, self.secret.as_ref()).await {
                     Ok(bytes) => self.secret.as_ref().is_some_and(|s| s.is_in(&bytes)),
-                    Err(cut_short) => cut_short.status == ProviderStatus::SecretDetected,
+                    Err(cut_short) => cut_short == Failure::CredentialReflected,
                 };
                 if echoed {
-                    return Err(reflected());
+                    return Err(Failure::CredentialReflected);
                 }
             }
-            return if status == ProviderStatus::NotFound {
-                Ok(Answer::NotFound)
-            } else {
-                Err(failure(status, detail))
+            return match refusal {
+                StatusRefusal::NotFound => Ok(Answer::NotFound),
+                StatusRefusal::Failed(failure) => Err(failure),
             };
         }
 
@@ -250,11 +264,11 @@ impl HttpProvider {
             .content_length()
             .is_some_and(|length| length > MAX_RESPONSE_BYTES as u64)
         {
-            return Err(too_large());
+            return Err(Failure::ResponseTooLarge);
         }
         let bytes = read_body(response, self.secret.as_ref()).await?;
         if self.secret.as_ref().is_some_and(|s| s.is_in(&bytes)) {
-            return Err(reflected());
+            return Err(Failure::CredentialReflected);
         }
         Ok(Answer::Body(bytes))
     }
@@ -270,82 +284,52 @@ enum Answer {
 
 const LIVE: Source = Source::Live;
 
-fn failure(status: ProviderStatus, detail: Option<&str>) -> Outcome {
-    Outcome::status(status, detail.map(str::to_owned), LIVE)
+fn failed(failure: Failure) -> Outcome {
+    Outcome::failed(failure, LIVE)
 }
 
-fn reflected() -> Outcome {
-    failure(
-        ProviderStatus::SecretDetected,
-        Some(detail::CREDENTIAL_REFLECTED),
-    )
+/// What a non-2xx status means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatusRefusal {
+    /// 404: no record.
+    NotFound,
+    Failed(Failure),
 }
 
-fn too_large() -> Outcome {
-    failure(
-        ProviderStatus::LimitExceeded,
-        Some(detail::RESPONSE_TOO_LARGE),
-    )
-}
-
-/// Maps a response status to the outcome it gives, or `None` for 2xx (parse the body).
+/// Maps a response status to what it gives, or `None` for 2xx (parse the body).
 ///
 /// 404 is "no record"; 401/403 mean the bound secret was refused; every 3xx is a
 /// redirect, never followed; any other status is the provider being unavailable, with
 /// the code as detail (`HTTP_503`).
-pub fn classify_status(code: u16) -> Option<(ProviderStatus, Option<&'static str>)> {
-    match code {
-        200..=299 => None,
-        404 => Some((ProviderStatus::NotFound, None)),
-        401 | 403 => Some((ProviderStatus::Unavailable, Some(detail::UNAUTHORIZED))),
-        300..=399 => Some((
-            ProviderStatus::InvalidResponse,
-            Some(detail::REDIRECT_REFUSED),
-        )),
-        100..=999 => Some((ProviderStatus::Unavailable, Some(http_code_detail(code)))),
+pub fn classify_status(code: u16) -> Option<StatusRefusal> {
+    let failure = match code {
+        200..=299 => return None,
+        404 => return Some(StatusRefusal::NotFound),
+        401 | 403 => Failure::Unauthorized,
+        300..=399 => Failure::RedirectRefused,
+        100..=999 => Failure::HttpStatus(code),
         // Not an HTTP status at all (the HTTP stack never produces one).
-        _ => Some((ProviderStatus::InvalidResponse, Some(detail::MALFORMED))),
-    }
+        _ => Failure::Malformed,
+    };
+    Some(StatusRefusal::Failed(failure))
 }
 
-/// `HTTP_100` … `HTTP_999`, built at compile time so details stay `&'static str`.
-static HTTP_CODE_DETAILS: [[u8; 8]; 900] = {
-    let mut table = [*b"HTTP_000"; 900];
-    let mut index = 0;
-    while index < 900 {
-        let code = index + 100;
-        table[index][5] = b'0' + (code / 100) as u8;
-        table[index][6] = b'0' + (code / 10 % 10) as u8;
-        table[index][7] = b'0' + (code % 10) as u8;
-        index += 1;
-    }
-    table
-};
-
-fn http_code_detail(code: u16) -> &'static str {
-    usize::from(code)
-        .checked_sub(100)
-        .and_then(|index| HTTP_CODE_DETAILS.get(index))
-        .and_then(|bytes| std::str::from_utf8(bytes).ok())
-        .unwrap_or(detail::MALFORMED)
-}
-
-/// A transport error as an outcome. reqwest's own messages carry the URL and are never
+/// A transport error as a failure. reqwest's own messages carry the URL and are never
 /// used: only the error's kind is.
-fn transport_failure(error: &reqwest::Error) -> Outcome {
+fn transport_failure(error: &reqwest::Error) -> Failure {
     if error.is_connect() {
         // Refused, unreachable, DNS, TLS handshake, connect timeout.
-        failure(ProviderStatus::Unavailable, Some(detail::CONNECT_FAILED))
+        Failure::ConnectFailed
     } else if error.is_timeout() {
-        failure(ProviderStatus::Timeout, Some(detail::DEADLINE))
+        Failure::Deadline
     } else if error.is_builder() {
-        failure(ProviderStatus::InvalidRequest, None)
+        Failure::RequestNotBuilt
     } else {
         // The connection closed or was reset after it was established: before the
         // response head (`is_request`, hyper `IncompleteMessage`) or while the body was
         // streaming — reqwest 0.13 reports those as `is_decode`, not `is_body`, with
         // hyper `IncompleteBody` or an `io::ErrorKind::ConnectionReset` underneath.
-        failure(ProviderStatus::Unavailable, Some(detail::CONNECTION_RESET))
+        Failure::ConnectionReset
     }
 }
 
@@ -355,7 +339,7 @@ fn transport_failure(error: &reqwest::Error) -> Outcome {
 async fn read_body(
     response: reqwest::Response,
     secret: Option<&BoundSecret>,
-) -> Result<Vec<u8>, Outcome> {
+) -> Result<Vec<u8>, Failure> {
     let capacity = response
         .content_length()
         .map_or(0, |length| length.min(MAX_RESPONSE_BYTES as u64) as usize);
@@ -368,9 +352,9 @@ async fn read_body(
             let room = MAX_RESPONSE_BYTES - bytes.len();
             bytes.extend_from_slice(&chunk[..room]);
             return Err(if secret.is_some_and(|s| s.is_in(&bytes)) {
-                reflected()
+                Failure::CredentialReflected
             } else {
-                too_large()
+                Failure::ResponseTooLarge
             });
         }
         bytes.extend_from_slice(&chunk);
@@ -386,24 +370,17 @@ struct Envelope {
 
 /// Parses a failed body again, loosely, to report `WRONG_CONTRACT` for an answer of
 /// another contract whatever its shape; otherwise `MALFORMED`.
-fn shape_failure(bytes: &[u8]) -> Outcome {
+fn shape_failure(bytes: &[u8]) -> Failure {
     match serde_json::from_slice::<Envelope>(bytes) {
-        Ok(envelope) if envelope.contract != CONTRACT => wrong_contract(),
-        _ => failure(ProviderStatus::InvalidResponse, Some(detail::MALFORMED)),
+        Ok(envelope) if envelope.contract != CONTRACT => Failure::WrongContract,
+        _ => Failure::Malformed,
     }
 }
 
-fn wrong_contract() -> Outcome {
-    failure(ProviderStatus::Incompatible, Some(detail::WRONG_CONTRACT))
-}
-
 /// A secret pattern in a provider-reported label that traces keep (version, revision).
-fn scan_label(label: Option<&str>) -> Result<(), Outcome> {
+fn scan_label(label: Option<&str>) -> Result<(), Failure> {
     match label.and_then(secrets::scan) {
-        Some(detector) => Err(failure(
-            ProviderStatus::SecretDetected,
-            Some(detector.name()),
-        )),
+        Some(detector) => Err(Failure::SecretPattern(detector.name())),
         None => Ok(()),
     }
 }
@@ -411,18 +388,18 @@ fn scan_label(label: Option<&str>) -> Result<(), Outcome> {
 fn parse_lookup(bytes: &[u8], limit: u32) -> Outcome {
     let response: LookupResponse = match serde_json::from_slice(bytes) {
         Ok(response) => response,
-        Err(_) => return shape_failure(bytes),
+        Err(_) => return failed(shape_failure(bytes)),
     };
     if response.contract != CONTRACT {
-        return wrong_contract();
+        return failed(Failure::WrongContract);
     }
     if let Err(violation) = bounds::check_items(&response.items, limit) {
-        return failure(violation.status(), Some(violation.detail()));
+        return failed(violation.failure());
     }
-    if let Err(outcome) = scan_label(response.version.as_deref())
+    if let Err(failure) = scan_label(response.version.as_deref())
         .and_then(|()| scan_label(response.revision.as_deref()))
     {
-        return outcome;
+        return failed(failure);
     }
     let mut outcome = Outcome::items(response.items, response.currentness, LIVE);
     outcome.version = response.version;
@@ -430,17 +407,14 @@ fn parse_lookup(bytes: &[u8], limit: u32) -> Outcome {
     outcome
 }
 
-fn parse_describe(bytes: &[u8]) -> Result<Described, Outcome> {
+fn parse_describe(bytes: &[u8]) -> Result<Described, Failure> {
     let response: DescribeResponse =
         serde_json::from_slice(bytes).map_err(|_| shape_failure(bytes))?;
     if response.contract != CONTRACT {
-        return Err(wrong_contract());
+        return Err(Failure::WrongContract);
     }
     if !response.capabilities.iter().any(|c| c == "lookup") {
-        return Err(failure(
-            ProviderStatus::Incompatible,
-            Some(detail::NO_LOOKUP_CAPABILITY),
-        ));
+        return Err(Failure::NoLookupCapability);
     }
     scan_label(response.version.as_deref())?;
     Ok(Described {
@@ -485,8 +459,18 @@ fn is_loopback(host: &Host<&str>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::{Currentness, Item};
+    use crate::contract::{Currentness, Item, ProviderStatus};
     use serde_json::json;
+
+    /// A status refusal as the status and detail it reports.
+    fn reported(refusal: StatusRefusal) -> (ProviderStatus, Option<String>) {
+        match refusal {
+            StatusRefusal::NotFound => (ProviderStatus::NotFound, None),
+            StatusRefusal::Failed(failure) => {
+                (failure.status(), failure.detail().map(str::to_owned))
+            }
+        }
+    }
 
     #[test]
     fn status_codes_map_to_outcomes() {
@@ -526,10 +510,15 @@ mod tests {
             (u16::MAX, Some((InvalidResponse, Some("MALFORMED")))),
         ];
         for (code, expected) in cases {
-            assert_eq!(classify_status(*code), *expected, "status {code}");
+            let expected = expected.map(|(status, detail)| (status, detail.map(str::to_owned)));
+            assert_eq!(
+                classify_status(*code).map(reported),
+                expected,
+                "status {code}"
+            );
         }
         for code in 100..=999u16 {
-            if let Some((_, Some(detail))) = classify_status(code)
+            if let Some((_, Some(detail))) = classify_status(code).map(reported)
                 && detail.starts_with("HTTP_")
             {
                 assert_eq!(detail, format!("HTTP_{code}"));
@@ -612,13 +601,13 @@ mod tests {
             })),
             2,
         );
-        assert_eq!(ok.status, ProviderStatus::Ok);
-        assert_eq!(ok.currentness, Currentness::Stale);
+        assert_eq!(ok.status(), ProviderStatus::Ok);
+        assert_eq!(ok.currentness(), Some(Currentness::Stale));
         assert_eq!(ok.version.as_deref(), Some("5.0.1"));
         assert_eq!(ok.revision.as_deref(), Some("crm-r9"));
         assert_eq!(ok.source, Source::Live);
         assert_eq!(
-            ok.items,
+            ok.items_found(),
             [Item {
                 id: "CUST-1042".into(),
                 title: None,
@@ -630,8 +619,12 @@ mod tests {
 
         let empty = parse_lookup(&lookup_body(json!({"contract": CONTRACT, "items": []})), 2);
         assert_eq!(
-            (empty.status, empty.items.len(), empty.currentness),
-            (ProviderStatus::Ok, 0, Currentness::Unknown)
+            (
+                empty.status(),
+                empty.items_found().len(),
+                empty.currentness()
+            ),
+            (ProviderStatus::Ok, 0, Some(Currentness::Unknown))
         );
 
         let github = format!("{}{}", "ghp_", "a".repeat(36));
@@ -717,12 +710,12 @@ mod tests {
         for (body, status, detail) in cases {
             let outcome = parse_lookup(body, 2);
             assert_eq!(
-                (outcome.status, outcome.detail.as_deref()),
+                (outcome.status(), outcome.detail()),
                 (*status, Some(*detail)),
                 "{}",
                 String::from_utf8_lossy(body)
             );
-            assert!(outcome.items.is_empty());
+            assert!(outcome.items_found().is_empty());
         }
     }
 
@@ -762,7 +755,7 @@ mod tests {
         for (body, status, detail) in cases {
             let outcome = parse_describe(&lookup_body(body.clone())).unwrap_err();
             assert_eq!(
-                (outcome.status, outcome.detail.as_deref()),
+                (outcome.status(), outcome.detail()),
                 (*status, Some(*detail)),
                 "{body}"
             );

@@ -55,30 +55,6 @@ impl fmt::Display for Secret {
     }
 }
 
-/// Fast-failure and refusal details that several provider types share.
-pub mod detail {
-    pub const CIRCUIT_OPEN: &str = "CIRCUIT_OPEN";
-    pub const OVERLOADED: &str = "OVERLOADED";
-    pub const REDIRECT_REFUSED: &str = "REDIRECT_REFUSED";
-    pub const CREDENTIAL_REFLECTED: &str = "CREDENTIAL_REFLECTED";
-    pub const UNAUTHORIZED: &str = "UNAUTHORIZED";
-    pub const CONNECT_FAILED: &str = "CONNECT_FAILED";
-    pub const CONNECTION_RESET: &str = "CONNECTION_RESET";
-    pub const RESPONSE_TOO_LARGE: &str = "RESPONSE_TOO_LARGE";
-    pub const TOO_MANY_ITEMS: &str = "TOO_MANY_ITEMS";
-    pub const ITEM_TOO_LARGE: &str = "ITEM_TOO_LARGE";
-    pub const WRONG_CONTRACT: &str = "WRONG_CONTRACT";
-    pub const NO_LOOKUP_CAPABILITY: &str = "NO_LOOKUP_CAPABILITY";
-    pub const MALFORMED: &str = "MALFORMED";
-    pub const DEADLINE: &str = "DEADLINE";
-    /// `TIMEOUT`: the budget ran out while waiting for a pooled connection.
-    pub const POOL_EXHAUSTED: &str = "POOL_EXHAUSTED";
-    /// `UNAVAILABLE`: the pool was closed (shutdown).
-    pub const POOL_CLOSED: &str = "POOL_CLOSED";
-    /// `UNAVAILABLE`: the database failed (busy, locked, file gone, corrupt, I/O error).
-    pub const DATABASE_ERROR: &str = "DATABASE_ERROR";
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,7 +91,7 @@ impl Implementation {
         }
     }
 
-    pub async fn lookup(&self, call: &LookupCall<'_>) -> crate::kernel::Outcome {
+    pub async fn lookup(&self, call: &LookupCall<'_>) -> crate::outcome::Outcome {
         match self {
             Implementation::Http(provider) => provider.lookup(call).await,
             Implementation::Sqlite(provider) => provider.lookup(call).await,
@@ -130,10 +106,7 @@ impl Implementation {
                 Ok(described) => Ok(ProbeReport {
                     version: described.version,
                 }),
-                Err(outcome) => Err(match outcome.detail {
-                    Some(detail) => format!("{} ({detail})", outcome.status),
-                    None => outcome.status.to_string(),
-                }),
+                Err(failure) => Err(failure.to_string()),
             },
             Implementation::Sqlite(provider) => {
                 match tokio::time::timeout_at(deadline, provider.check()).await {

@@ -38,10 +38,10 @@
 //! the pool inside the current runtime, or inside a small temporary one when there is
 //! none, so neither can abort the process.
 
-use super::{LookupCall, bounds, detail};
+use super::{LookupCall, bounds};
 use crate::config::PoolSettings;
-use crate::contract::{Currentness, Item, ProviderStatus, Source};
-use crate::kernel::Outcome;
+use crate::contract::{Currentness, Item, Source};
+use crate::outcome::{Failure, Outcome, detail};
 use deadpool_sqlite::{Config, Hook, HookError, Pool, PoolConfig, PoolError, Runtime};
 use rusqlite::config::DbConfig;
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
@@ -53,7 +53,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
-use detail::{DATABASE_ERROR, POOL_CLOSED, POOL_EXHAUSTED};
+use detail::{DATABASE_ERROR, POOL_CLOSED};
 
 /// SQLite virtual machine steps between two deadline checks: small enough to stop within
 /// well under a millisecond, large enough that the check costs nothing measurable.
@@ -206,9 +206,9 @@ impl SqliteProvider {
     pub async fn lookup(&self, call: &LookupCall<'_>) -> Outcome {
         let deadline = call.deadline;
         let conn = match tokio::time::timeout_at(deadline, self.inner.pool.get()).await {
-            Err(_) => return failure(ProviderStatus::Timeout, POOL_EXHAUSTED),
+            Err(_) => return failed(Failure::PoolExhausted),
             Ok(Err(PoolError::Closed)) => {
-                return failure(ProviderStatus::Unavailable, POOL_CLOSED);
+                return failed(Failure::PoolClosed);
             }
             Ok(Err(error)) => {
                 tracing::warn!(
@@ -216,7 +216,7 @@ impl SqliteProvider {
                     error = pool_error_kind(&error),
                     "sqlite connection unavailable"
                 );
-                return failure(ProviderStatus::Unavailable, DATABASE_ERROR);
+                return failed(Failure::DatabaseError);
             }
             Ok(Ok(conn)) => conn,
         };
@@ -229,13 +229,13 @@ impl SqliteProvider {
         let read =
             conn.interact(move |conn| read_items(conn, &query, &value, limit, sqlite_deadline));
         let read = match tokio::time::timeout_at(deadline, read).await {
-            Err(_) => return failure(ProviderStatus::Timeout, detail::DEADLINE),
+            Err(_) => return failed(Failure::Deadline),
             Ok(Err(_)) => {
                 tracing::warn!(
                     provider = call.provider,
                     "sqlite lookup panicked or was cancelled"
                 );
-                return failure(ProviderStatus::Unavailable, DATABASE_ERROR);
+                return failed(Failure::DatabaseError);
             }
             Ok(Ok(read)) => read,
         };
@@ -244,21 +244,21 @@ impl SqliteProvider {
 
         let items = match read {
             Ok(items) => items,
-            Err(ReadError::Refused { status, detail }) => return failure(status, detail),
+            Err(ReadError::Refused(failure)) => return failed(failure),
             Err(ReadError::Sqlite(error)) => {
-                let (status, detail) = classify(&error);
-                if status == ProviderStatus::Unavailable {
+                let failure = classify(&error);
+                if failure == Failure::DatabaseError {
                     tracing::warn!(
                         provider = call.provider,
                         code = sqlite_code(&error),
                         "sqlite lookup failed"
                     );
                 }
-                return failure(status, detail);
+                return failed(failure);
             }
         };
         if let Err(violation) = bounds::check_items(&items, call.limit) {
-            return failure(violation.status(), violation.detail());
+            return failed(violation.failure());
         }
         Outcome::items(items, Currentness::Current, Source::Live)
     }
@@ -321,8 +321,8 @@ impl SqliteProvider {
     }
 }
 
-fn failure(status: ProviderStatus, detail: &str) -> Outcome {
-    Outcome::status(status, Some(detail.to_owned()), Source::Live)
+fn failed(failure: Failure) -> Outcome {
+    Outcome::failed(failure, Source::Live)
 }
 
 /// `file://<absolute path>?mode=ro`, every byte outside `[A-Za-z0-9/._~-]` percent-encoded
@@ -473,10 +473,10 @@ fn sqlite_code(error: &rusqlite::Error) -> i32 {
     }
 }
 
-fn classify(error: &rusqlite::Error) -> (ProviderStatus, &'static str) {
+fn classify(error: &rusqlite::Error) -> Failure {
     match error.sqlite_error_code() {
-        Some(ErrorCode::OperationInterrupted) => (ProviderStatus::Timeout, detail::DEADLINE),
-        _ => (ProviderStatus::Unavailable, DATABASE_ERROR),
+        Some(ErrorCode::OperationInterrupted) => Failure::Deadline,
+        _ => Failure::DatabaseError,
     }
 }
 
@@ -484,10 +484,8 @@ fn classify(error: &rusqlite::Error) -> (ProviderStatus, &'static str) {
 #[derive(Debug)]
 enum ReadError {
     Sqlite(rusqlite::Error),
-    Refused {
-        status: ProviderStatus,
-        detail: &'static str,
-    },
+    /// Refused before all rows were read: malformed, too large, out of time.
+    Refused(Failure),
 }
 
 impl From<rusqlite::Error> for ReadError {
@@ -497,17 +495,11 @@ impl From<rusqlite::Error> for ReadError {
 }
 
 fn malformed() -> ReadError {
-    ReadError::Refused {
-        status: ProviderStatus::InvalidResponse,
-        detail: detail::MALFORMED,
-    }
+    ReadError::Refused(Failure::Malformed)
 }
 
 fn too_large() -> ReadError {
-    ReadError::Refused {
-        status: ProviderStatus::LimitExceeded,
-        detail: detail::RESPONSE_TOO_LARGE,
-    }
+    ReadError::Refused(Failure::ResponseTooLarge)
 }
 
 /// Runs the query under the deadline on a pooled connection and maps at most `limit`
@@ -520,10 +512,7 @@ fn read_items(
     deadline: StdInstant,
 ) -> Result<Vec<Item>, ReadError> {
     let Some(remaining) = deadline.checked_duration_since(StdInstant::now()) else {
-        return Err(ReadError::Refused {
-            status: ProviderStatus::Timeout,
-            detail: detail::DEADLINE,
-        });
+        return Err(ReadError::Refused(Failure::Deadline));
     };
     // Lock waits end with the budget (and never exceed the longest provider timeout:
     // `busy_timeout` panics on durations that overflow an i32 of milliseconds).
@@ -766,6 +755,8 @@ fn close_pool(pool: &Pool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::ProviderStatus;
+    use detail::POOL_EXHAUSTED;
     use tokio::time::Instant;
 
     fn github_token() -> String {
@@ -805,11 +796,11 @@ mod tests {
 
     fn assert_failure(outcome: &Outcome, status: ProviderStatus, detail: &str) {
         assert_eq!(
-            (outcome.status, outcome.detail.as_deref()),
+            (outcome.status(), outcome.detail()),
             (status, Some(detail)),
             "{outcome:?}"
         );
-        assert!(outcome.items.is_empty());
+        assert!(outcome.items_found().is_empty());
     }
 
     const RECORDS: &str = "
@@ -835,9 +826,9 @@ mod tests {
         .await;
 
         let outcome = lookup(&provider, "a", 5).await;
-        assert_eq!(outcome.status, ProviderStatus::Ok);
+        assert_eq!(outcome.status(), ProviderStatus::Ok);
         assert_eq!(outcome.source, Source::Live);
-        assert_eq!(outcome.currentness, Currentness::Current);
+        assert_eq!(outcome.currentness(), Some(Currentness::Current));
         assert_eq!(outcome.version, None);
         let expected = Item {
             id: "R-1".to_owned(),
@@ -851,14 +842,14 @@ mod tests {
             .clone(),
             updated_at: Some("2026-11-28T09:14:00Z".to_owned()),
         };
-        assert_eq!(outcome.items, [expected]);
+        assert_eq!(outcome.items_found(), [expected]);
         // Metadata keeps the query's column order.
-        let keys: Vec<&String> = outcome.items[0].metadata.keys().collect();
+        let keys: Vec<&String> = outcome.items_found()[0].metadata.keys().collect();
         assert_eq!(keys, ["plan", "seats", "ratio", "note"]);
 
         // Integer id, NULL title / content, updated_at as unix seconds.
         let outcome = lookup(&provider, "b", 5).await;
-        let item = &outcome.items[0];
+        let item = &outcome.items_found()[0];
         assert_eq!(item.id, "42");
         assert_eq!(item.title, None);
         assert_eq!(item.content, "");
@@ -869,7 +860,7 @@ mod tests {
 
         // Numbers in title / content take their text form; NULL updated_at is absent.
         let outcome = lookup(&provider, "c", 5).await;
-        let item = &outcome.items[0];
+        let item = &outcome.items_found()[0];
         assert_eq!(item.title.as_deref(), Some("7"));
         assert_eq!(item.content, "2.5");
         assert_eq!(item.updated_at, None);
@@ -890,7 +881,7 @@ mod tests {
         )
         .await;
         let outcome = lookup(&provider, "C-1", 1).await;
-        let item = &outcome.items[0];
+        let item = &outcome.items_found()[0];
         assert_eq!(item.id, "C-1");
         assert_eq!(item.title.as_deref(), Some("Name"));
         // Names are case-sensitive: `Title` is metadata.
@@ -937,7 +928,7 @@ mod tests {
         ] {
             let outcome = lookup(&provider, key, 5).await;
             assert_eq!(
-                (outcome.status, outcome.detail.as_deref()),
+                (outcome.status(), outcome.detail()),
                 (ProviderStatus::InvalidResponse, Some(detail::MALFORMED)),
                 "{key}: {outcome:?}"
             );
@@ -952,7 +943,7 @@ mod tests {
             "CREATE TABLE t (id TEXT, k TEXT); INSERT INTO t VALUES ('R-1', 'a');",
         );
         let provider = open(&path, "SELECT * FROM t WHERE k = ?1").await;
-        assert_eq!(lookup(&provider, "a", 1).await.items[0].id, "R-1");
+        assert_eq!(lookup(&provider, "a", 1).await.items_found()[0].id, "R-1");
         // Another process alters the table under the cached statement.
         let writer = Connection::open(&path).unwrap();
         writer
@@ -978,19 +969,26 @@ mod tests {
         )
         .await;
         let ids = |outcome: &Outcome| -> Vec<String> {
-            outcome.items.iter().map(|item| item.id.clone()).collect()
+            outcome
+                .items_found()
+                .iter()
+                .map(|item| item.id.clone())
+                .collect()
         };
         let outcome = lookup(&provider, "ten", 3).await;
-        assert_eq!(outcome.status, ProviderStatus::Ok);
+        assert_eq!(outcome.status(), ProviderStatus::Ok);
         assert_eq!(ids(&outcome), ["1", "2", "3"]);
-        assert_eq!(lookup(&provider, "ten", 10).await.items.len(), 10);
-        assert_eq!(lookup(&provider, "ten", 50).await.items.len(), 10);
+        assert_eq!(lookup(&provider, "ten", 10).await.items_found().len(), 10);
+        assert_eq!(lookup(&provider, "ten", 50).await.items_found().len(), 10);
         let none = lookup(&provider, "ten", 0).await;
-        assert_eq!((none.status, none.items.len()), (ProviderStatus::Ok, 0));
+        assert_eq!(
+            (none.status(), none.items_found().len()),
+            (ProviderStatus::Ok, 0)
+        );
         // Never more than MAX_ITEMS, whatever was requested.
         let all = lookup(&provider, "all", u32::MAX).await;
-        assert_eq!(all.status, ProviderStatus::Ok);
-        assert_eq!(all.items.len(), bounds::MAX_ITEMS);
+        assert_eq!(all.status(), ProviderStatus::Ok);
+        assert_eq!(all.items_found().len(), bounds::MAX_ITEMS);
     }
 
     #[tokio::test]
@@ -999,10 +997,10 @@ mod tests {
         let path = database(dir.path(), "CREATE TABLE t (id TEXT, k TEXT);");
         let provider = open(&path, "SELECT id FROM t WHERE k = ?1").await;
         let outcome = lookup(&provider, "nobody", 5).await;
-        assert_eq!(outcome.status, ProviderStatus::Ok);
-        assert_eq!(outcome.detail, None);
-        assert!(outcome.items.is_empty());
-        assert_eq!(outcome.currentness, Currentness::Current);
+        assert_eq!(outcome.status(), ProviderStatus::Ok);
+        assert_eq!(outcome.detail(), None);
+        assert!(outcome.items_found().is_empty());
+        assert_eq!(outcome.currentness(), Some(Currentness::Current));
         assert!(!outcome.found_anything());
     }
 
@@ -1021,7 +1019,7 @@ mod tests {
         );
         let provider = open(&path, "SELECT id, content, note FROM t WHERE k = ?1").await;
         assert_eq!(
-            lookup(&provider, "clean", 5).await.status,
+            lookup(&provider, "clean", 5).await.status(),
             ProviderStatus::Ok
         );
         for key in ["content", "meta"] {
@@ -1057,7 +1055,7 @@ mod tests {
             detail::RESPONSE_TOO_LARGE,
         );
         // Within the limit's first 17 rows they still fit.
-        assert_eq!(lookup(&provider, "many", 17).await.items.len(), 17);
+        assert_eq!(lookup(&provider, "many", 17).await.items_found().len(), 17);
         // One value larger than a whole response is refused before it is copied.
         let outcome = lookup(&provider, "value", 5).await;
         assert_failure(
@@ -1205,9 +1203,9 @@ mod tests {
              FROM v JOIN t USING (id), n WHERE v.k = ?1 ORDER BY n.i";
         let provider = open(&path, query).await;
         let outcome = lookup(&provider, "a", 5).await;
-        assert_eq!(outcome.status, ProviderStatus::Ok, "{outcome:?}");
-        assert_eq!(outcome.items.len(), 3);
-        let item = &outcome.items[2];
+        assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+        assert_eq!(outcome.items_found().len(), 3);
+        let item = &outcome.items_found()[2];
         assert_eq!(item.id, "r1-3");
         assert_eq!(item.title.as_deref(), Some("a"));
         assert_eq!(item.metadata["n"], 3);
@@ -1334,7 +1332,7 @@ mod tests {
                 .ends_with("/we%3Fird%20%23dir%20%2541%20%C3%BC%26mode%3Drw/test.db?mode=ro")
         );
         let provider = open(&path, "SELECT id FROM t WHERE ?1 = 'x'").await;
-        assert_eq!(lookup(&provider, "x", 1).await.items[0].id, "R-1");
+        assert_eq!(lookup(&provider, "x", 1).await.items_found()[0].id, "R-1");
         // Relative paths resolve against the current directory.
         let relative = SqliteProvider::open(
             Path::new("definitely/not/here.db"),
@@ -1373,7 +1371,7 @@ mod tests {
         assert!(elapsed < budget + Duration::from_millis(200), "{elapsed:?}");
         // The same (only) connection serves the next lookup: the old deadline is gone.
         let outcome = lookup(&provider, "1000", 1).await;
-        assert_eq!(outcome.items[0].id, "n1000");
+        assert_eq!(outcome.items_found()[0].id, "n1000");
         assert!(provider.check().await.is_ok());
     }
 
@@ -1392,8 +1390,8 @@ mod tests {
             Some(ErrorCode::OperationInterrupted)
         );
         assert_eq!(
-            classify(&error),
-            (ProviderStatus::Timeout, detail::DEADLINE)
+            (classify(&error).status(), classify(&error).detail()),
+            (ProviderStatus::Timeout, Some(detail::DEADLINE))
         );
         // Long past that deadline, a long statement on the same connection still runs.
         let counted: String = conn
@@ -1404,10 +1402,7 @@ mod tests {
         let past = StdInstant::now() - Duration::from_millis(1);
         assert!(matches!(
             read_items(&mut conn, COUNTING, "1", 1, past),
-            Err(ReadError::Refused {
-                status: ProviderStatus::Timeout,
-                ..
-            })
+            Err(ReadError::Refused(failure)) if failure.status() == ProviderStatus::Timeout
         ));
     }
 
@@ -1473,7 +1468,7 @@ mod tests {
         let path = database(dir.path(), "CREATE TABLE t (id TEXT, k TEXT);");
         let provider = open(&path, "SELECT id FROM t WHERE k = ?1").await;
         let clone = provider.clone();
-        assert_eq!(lookup(&provider, "a", 1).await.status, ProviderStatus::Ok);
+        assert_eq!(lookup(&provider, "a", 1).await.status(), ProviderStatus::Ok);
         provider.close();
         provider.close();
         assert_failure(
@@ -1501,7 +1496,7 @@ mod tests {
         let open_and_use = || {
             runtime().block_on(async {
                 let provider = open(&path, query).await;
-                assert_eq!(lookup(&provider, "a", 1).await.status, ProviderStatus::Ok);
+                assert_eq!(lookup(&provider, "a", 1).await.status(), ProviderStatus::Ok);
                 provider
             })
         };
@@ -1565,7 +1560,7 @@ mod tests {
         let started = std::time::Instant::now();
         for _ in 0..N {
             let outcome = lookup(&provider, "CUST-1042", 5).await;
-            assert_eq!(outcome.items.len(), 2);
+            assert_eq!(outcome.items_found().len(), 2);
         }
         let full = started.elapsed() / N;
 

@@ -25,8 +25,7 @@
 //! probe from an earlier half-open phase cannot close it.
 
 use crate::config::CircuitSettings;
-use crate::contract::ProviderStatus;
-use crate::providers::detail;
+use crate::outcome::{Answer, Outcome};
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -412,22 +411,12 @@ impl Window {
 /// counts as a Success: one bad value must not open the circuit for everyone. Outcomes
 /// that never reached the provider (the circuit was open, the actor was overloaded, the
 /// binding or request was refused, the provider was not evaluated) are Neutral.
-pub fn classify(status: ProviderStatus, detail: Option<&str>) -> CallResult {
-    match status {
-        ProviderStatus::Timeout => CallResult::Failure,
-        ProviderStatus::Unavailable => match detail {
-            Some(detail::CIRCUIT_OPEN | detail::OVERLOADED) => CallResult::Neutral,
-            _ => CallResult::Failure,
-        },
-        ProviderStatus::Ok
-        | ProviderStatus::NotFound
-        | ProviderStatus::LimitExceeded
-        | ProviderStatus::InvalidResponse
-        | ProviderStatus::SecretDetected
-        | ProviderStatus::Incompatible => CallResult::Success,
-        ProviderStatus::NotBound
-        | ProviderStatus::InvalidRequest
-        | ProviderStatus::NotEvaluated => CallResult::Neutral,
+pub fn classify(outcome: &Outcome) -> CallResult {
+    match &outcome.answer {
+        Answer::Items { .. } | Answer::NotFound => CallResult::Success,
+        Answer::Failed(failure) if failure.counts_toward_breaker() => CallResult::Failure,
+        Answer::Failed(failure) if failure.provider_answered() => CallResult::Success,
+        Answer::Failed(_) => CallResult::Neutral,
     }
 }
 
@@ -1154,36 +1143,48 @@ mod tests {
 
     #[test]
     fn classify_every_provider_status() {
-        use CallResult::{Failure, Neutral, Success};
-        // (status, with no detail, with CIRCUIT_OPEN, with OVERLOADED, with another detail)
+        use crate::contract::{ProviderStatus, Source};
+        use crate::outcome::Failure;
+        use CallResult::{Failure as Failed, Neutral, Success};
+        // Every status as a fixture or record states it, then the typed causes whose
+        // status alone does not decide: admission refusals are neutral.
         let cases = [
-            (ProviderStatus::Ok, [Success; 4]),
-            (ProviderStatus::NotFound, [Success; 4]),
-            (ProviderStatus::Timeout, [Failure; 4]),
-            (
-                ProviderStatus::Unavailable,
-                [Failure, Neutral, Neutral, Failure],
-            ),
-            (ProviderStatus::LimitExceeded, [Success; 4]),
-            (ProviderStatus::InvalidResponse, [Success; 4]),
-            (ProviderStatus::SecretDetected, [Success; 4]),
-            (ProviderStatus::Incompatible, [Success; 4]),
-            (ProviderStatus::NotBound, [Neutral; 4]),
-            (ProviderStatus::InvalidRequest, [Neutral; 4]),
-            (ProviderStatus::NotEvaluated, [Neutral; 4]),
+            (ProviderStatus::Ok, Success),
+            (ProviderStatus::NotFound, Success),
+            (ProviderStatus::Timeout, Failed),
+            (ProviderStatus::Unavailable, Failed),
+            (ProviderStatus::LimitExceeded, Success),
+            (ProviderStatus::InvalidResponse, Success),
+            (ProviderStatus::SecretDetected, Success),
+            (ProviderStatus::Incompatible, Success),
+            (ProviderStatus::NotBound, Neutral),
+            (ProviderStatus::InvalidRequest, Neutral),
+            (ProviderStatus::NotEvaluated, Neutral),
         ];
         let covered: Vec<_> = cases.iter().map(|(status, _)| *status).collect();
         assert_eq!(covered, ProviderStatus::ALL);
-        let details = [
-            None,
-            Some(detail::CIRCUIT_OPEN),
-            Some(detail::OVERLOADED),
-            Some(detail::CONNECT_FAILED),
-        ];
         for (status, expected) in cases {
-            for (detail, expected) in details.into_iter().zip(expected) {
-                assert_eq!(classify(status, detail), expected, "{status} {detail:?}");
-            }
+            let outcome = Outcome::stated(status, None, Source::Live);
+            assert_eq!(classify(&outcome), expected, "{status}");
+        }
+        let typed = [
+            (Failure::CircuitOpen, Neutral),
+            (Failure::Overloaded, Neutral),
+            (Failure::ConnectFailed, Failed),
+            (Failure::Deadline, Failed),
+            (Failure::HttpStatus(503), Failed),
+            (Failure::PoolExhausted, Failed),
+            (Failure::DatabaseError, Failed),
+            (Failure::ResponseTooLarge, Success),
+            (Failure::SecretPattern("github_token"), Success),
+            (Failure::CredentialReflected, Success),
+            (Failure::WrongContract, Success),
+            (Failure::RequestNotBuilt, Neutral),
+            (Failure::FixtureMissing, Neutral),
+        ];
+        for (failure, expected) in typed {
+            let outcome = Outcome::failed(failure.clone(), Source::Live);
+            assert_eq!(classify(&outcome), expected, "{failure:?}");
         }
     }
 

@@ -1,11 +1,10 @@
-//! Provenance: the record model, keyed digests and locators, the trace store, the
-//! trace writer and reproduction.
+//! Provenance storage: the record model, keyed digests and locators, the trace store and
+//! the trace writer. What a turn records is built by `turn::capture`; replays are
+//! `turn::replay`.
 
-pub mod capture;
 pub mod digest;
 pub mod query;
 pub mod record;
-pub mod replay;
 pub mod store;
 pub mod writer;
 

@@ -6,8 +6,8 @@ use crate::provider_server::{
 };
 use ctxd::config::PoolSettings;
 use ctxd::contract::{Currentness, Item, ProviderStatus, Source};
-use ctxd::kernel::Outcome;
-use ctxd::providers::http::{Described, HttpProvider, HttpSetupError};
+use ctxd::outcome::Outcome;
+use ctxd::providers::http::{DescribeError, Described, HttpProvider, HttpSetupError};
 use ctxd::providers::{LookupCall, Secret};
 use serde_json::json;
 use std::time::Duration;
@@ -69,13 +69,16 @@ fn assert_clean(outcome: &Outcome) {
 #[track_caller]
 fn assert_failed(outcome: &Outcome, status: ProviderStatus, detail: Option<&str>) {
     assert_eq!(
-        (outcome.status, outcome.detail.as_deref()),
+        (outcome.status(), outcome.detail()),
         (status, detail),
         "{outcome:?}"
     );
-    assert!(outcome.items.is_empty());
+    assert!(outcome.items_found().is_empty());
     assert_eq!(outcome.source, Source::Live);
-    assert_eq!(outcome.currentness, Currentness::Unknown);
+    assert_eq!(
+        outcome.currentness().unwrap_or_default(),
+        Currentness::Unknown
+    );
 }
 
 async fn lookup_against(server: ProviderServer) -> (Outcome, RunningProvider) {
@@ -85,11 +88,22 @@ async fn lookup_against(server: ProviderServer) -> (Outcome, RunningProvider) {
 }
 
 async fn describe(provider: &HttpProvider) -> Result<Described, Outcome> {
-    let described = provider.describe(Instant::now() + DEADLINE).await;
+    let described = describe_by(provider, Instant::now() + DEADLINE).await;
     if let Err(outcome) = &described {
         assert_clean(outcome);
     }
     described
+}
+
+/// A describe, its refusal as the outcome a lookup would report.
+async fn describe_by(provider: &HttpProvider, deadline: Instant) -> Result<Described, Outcome> {
+    provider
+        .describe(deadline)
+        .await
+        .map_err(|error| match error {
+            DescribeError::NotFound => Outcome::not_found(Source::Live),
+            DescribeError::Failed(failure) => Outcome::failed(failure, Source::Live),
+        })
 }
 
 fn only_request(server: &RunningProvider) -> RecordedRequest {
@@ -113,16 +127,16 @@ async fn ok_answer_carries_items_and_provider_labels() {
     )
     .await;
     assert_eq!(
-        (outcome.status, outcome.detail.as_deref()),
+        (outcome.status(), outcome.detail()),
         (ProviderStatus::Ok, None)
     );
     assert_eq!(outcome.source, Source::Live);
     assert_eq!(outcome.version.as_deref(), Some("5.0.1"));
     assert_eq!(outcome.revision.as_deref(), Some("crm-r9"));
-    assert_eq!(outcome.currentness, Currentness::Stale);
-    assert_eq!(outcome.items.len(), 2);
+    assert_eq!(outcome.currentness(), Some(Currentness::Stale));
+    assert_eq!(outcome.items_found().len(), 2);
     assert_eq!(
-        outcome.items[0],
+        outcome.items_found()[0],
         Item {
             id: "CUST-1042".into(),
             title: Some("Current account state".into()),
@@ -131,7 +145,7 @@ async fn ok_answer_carries_items_and_provider_labels() {
             updated_at: Some("2026-10-08".into()),
         }
     );
-    assert_eq!(outcome.items[1].id, "CUST-1042-b");
+    assert_eq!(outcome.items_found()[1].id, "CUST-1042-b");
 }
 
 #[tokio::test]
@@ -143,19 +157,19 @@ async fn labels_left_out_stay_unknown() {
             .currentness(None),
     )
     .await;
-    assert_eq!(outcome.status, ProviderStatus::Ok);
-    assert_eq!((outcome.version, outcome.revision), (None, None));
-    assert_eq!(outcome.currentness, Currentness::Unknown);
+    assert_eq!(outcome.status(), ProviderStatus::Ok);
+    assert_eq!((&outcome.version, &outcome.revision), (&None, &None));
+    assert_eq!(outcome.currentness(), Some(Currentness::Unknown));
 }
 
 #[tokio::test]
 async fn zero_items_is_ok_with_no_items() {
     let (outcome, _server) = lookup_against(ProviderServer::new().lookup_items(vec![])).await;
     assert_eq!(
-        (outcome.status, outcome.detail.as_deref()),
+        (outcome.status(), outcome.detail()),
         (ProviderStatus::Ok, None)
     );
-    assert!(outcome.items.is_empty());
+    assert!(outcome.items_found().is_empty());
     assert!(!outcome.found_anything());
 }
 
@@ -164,7 +178,7 @@ async fn the_request_is_a_post_to_the_bound_path_with_the_value_only_in_the_body
     let server = ProviderServer::new().path("/api/v1/context").start().await;
     let provider = with_secret(&server);
     let outcome = lookup(&provider).await;
-    assert_eq!(outcome.status, ProviderStatus::Ok);
+    assert_eq!(outcome.status(), ProviderStatus::Ok);
 
     let request = only_request(&server);
     assert_eq!(request.method, "POST");
@@ -198,7 +212,7 @@ async fn no_authorization_header_without_a_bound_secret() {
     let server = ProviderServer::new().start().await;
     let provider = provider_for(server.endpoint(), None);
     let outcome = lookup(&provider).await;
-    assert_eq!(outcome.status, ProviderStatus::Ok);
+    assert_eq!(outcome.status(), ProviderStatus::Ok);
     assert_eq!(only_request(&server).header("authorization"), None);
     // Without a secret there is nothing to reflect: an echoing server is just a server.
     let echo = ProviderServer::new()
@@ -206,7 +220,7 @@ async fn no_authorization_header_without_a_bound_secret() {
         .start()
         .await;
     let outcome = lookup(&provider_for(echo.endpoint(), None)).await;
-    assert_eq!(outcome.status, ProviderStatus::Ok);
+    assert_eq!(outcome.status(), ProviderStatus::Ok);
 }
 
 #[tokio::test]
@@ -277,7 +291,7 @@ async fn an_answer_within_the_deadline_is_used() {
         .start()
         .await;
     let outcome = lookup_within(&with_secret(&server), 2, Duration::from_secs(3)).await;
-    assert_eq!(outcome.status, ProviderStatus::Ok);
+    assert_eq!(outcome.status(), ProviderStatus::Ok);
 }
 
 #[tokio::test]
@@ -315,7 +329,7 @@ async fn a_deadline_already_past_sends_nothing() {
     };
     let outcome = provider.lookup(&call).await;
     assert_failed(&outcome, ProviderStatus::Timeout, Some("DEADLINE"));
-    let outcome = provider.describe(Instant::now()).await.unwrap_err();
+    let outcome = describe_by(&provider, Instant::now()).await.unwrap_err();
     assert_failed(&outcome, ProviderStatus::Timeout, Some("DEADLINE"));
     assert_eq!(server.connections(), 0);
 }
@@ -441,7 +455,7 @@ async fn the_response_size_limit_is_exact() {
         )
         .await;
         assert_eq!(
-            (outcome.status, outcome.items.len()),
+            (outcome.status(), outcome.items_found().len()),
             (ProviderStatus::Ok, 1),
             "chunked {chunked}: {outcome:?}"
         );
@@ -472,8 +486,8 @@ async fn more_items_than_requested_are_refused() {
     );
     // The same answer is fine for a limit of 3.
     let outcome = lookup_within(&provider, 3, DEADLINE).await;
-    assert_eq!(outcome.status, ProviderStatus::Ok);
-    assert_eq!(outcome.items.len(), 3);
+    assert_eq!(outcome.status(), ProviderStatus::Ok);
+    assert_eq!(outcome.items_found().len(), 3);
 }
 
 #[tokio::test]
@@ -494,7 +508,7 @@ async fn more_than_a_hundred_items_are_refused_whatever_the_limit() {
         .await;
     let outcome = lookup_within(&with_secret(&hundred), 500, DEADLINE).await;
     assert_eq!(
-        (outcome.status, outcome.items.len()),
+        (outcome.status(), outcome.items_found().len()),
         (ProviderStatus::Ok, 100)
     );
 }
@@ -636,7 +650,7 @@ async fn a_script_answers_in_order_on_reused_connections() {
     let outcome = lookup_within(&provider, 2, Duration::from_millis(100)).await;
     assert_failed(&outcome, ProviderStatus::Timeout, Some("DEADLINE"));
     for _ in 0..3 {
-        assert_eq!(lookup(&provider).await.status, ProviderStatus::Ok);
+        assert_eq!(lookup(&provider).await.status(), ProviderStatus::Ok);
     }
     assert_eq!(server.hits(), 6);
     // The two 503s shared one pooled connection; the hang cost its own.
@@ -739,10 +753,12 @@ async fn describe_refuses_incompatible_providers() {
 async fn describe_times_out_at_its_deadline() {
     let server = ProviderServer::new().hang().start().await;
     let started = Instant::now();
-    let outcome = with_secret(&server)
-        .describe(Instant::now() + Duration::from_millis(100))
-        .await
-        .unwrap_err();
+    let outcome = describe_by(
+        &with_secret(&server),
+        Instant::now() + Duration::from_millis(100),
+    )
+    .await
+    .unwrap_err();
     assert_failed(&outcome, ProviderStatus::Timeout, Some("DEADLINE"));
     assert!(started.elapsed() < HUNG_BOUND);
 }
@@ -758,7 +774,7 @@ async fn the_describe_behaviour_answers_probes_without_consuming_the_script() {
     assert!(describe(&provider).await.is_ok());
     let outcome = lookup(&provider).await;
     assert_failed(&outcome, ProviderStatus::Unavailable, Some("HTTP_500"));
-    assert_eq!(lookup(&provider).await.status, ProviderStatus::Ok);
+    assert_eq!(lookup(&provider).await.status(), ProviderStatus::Ok);
     assert_eq!(server.lookups(), 2);
 }
 

@@ -5,7 +5,7 @@
 use crate::support::root;
 use ctxd::config::{Binding, ProviderBinding, ProviderKind};
 use ctxd::contract::{Currentness, Item, ProviderStatus, Source};
-use ctxd::kernel::Outcome;
+use ctxd::outcome::Outcome;
 use ctxd::providers::LookupCall;
 use ctxd::providers::sqlite::SqliteProvider;
 use rusqlite::Connection;
@@ -59,10 +59,10 @@ fn item(value: Value) -> Item {
 }
 
 fn assert_ok(outcome: &Outcome) {
-    assert_eq!(outcome.status, ProviderStatus::Ok, "{outcome:?}");
-    assert_eq!(outcome.detail, None);
+    assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+    assert_eq!(outcome.detail(), None);
     assert_eq!(outcome.source, Source::Live);
-    assert_eq!(outcome.currentness, Currentness::Current);
+    assert_eq!(outcome.currentness(), Some(Currentness::Current));
     assert_eq!(
         outcome.version, None,
         "the binding's version is set by the actor"
@@ -79,7 +79,7 @@ async fn the_demo_customer_has_a_profile_orders_and_an_open_ticket() {
     let profile = lookup(&customers, "customer-data", "CUST-1042", 1).await;
     assert_ok(&profile);
     assert_eq!(
-        profile.items,
+        profile.items_found(),
         [item(json!({
             "id": "CUST-1042",
             "title": "Nordwind Logistics GmbH",
@@ -92,7 +92,7 @@ async fn the_demo_customer_has_a_profile_orders_and_an_open_ticket() {
     let history = lookup(&orders, "orders", "CUST-1042", 5).await;
     assert_ok(&history);
     assert_eq!(
-        history.items,
+        history.items_found(),
         [
             item(json!({
                 "id": "ORD-77812",
@@ -112,14 +112,14 @@ async fn the_demo_customer_has_a_profile_orders_and_an_open_ticket() {
     );
     // The requested limit is honoured.
     let newest = lookup(&orders, "orders", "CUST-1042", 1).await;
-    assert_eq!(newest.items.len(), 1);
-    assert_eq!(newest.items[0].id, "ORD-77812");
+    assert_eq!(newest.items_found().len(), 1);
+    assert_eq!(newest.items_found()[0].id, "ORD-77812");
 
     // Only open tickets: TCK-5310 is closed.
     let open = lookup(&tickets, "tickets", "CUST-1042", 5).await;
     assert_ok(&open);
     assert_eq!(
-        open.items,
+        open.items_found(),
         [item(json!({
             "id": "TCK-5521",
             "title": "Two sensors report offline after firmware update",
@@ -144,20 +144,20 @@ async fn a_new_customer_has_a_profile_but_no_orders_or_open_tickets() {
 
     let profile = lookup(&customers, "customer-data", "CUST-2001", 1).await;
     assert_ok(&profile);
-    assert_eq!(profile.items.len(), 1);
+    assert_eq!(profile.items_found().len(), 1);
     assert_eq!(
-        profile.items[0].title.as_deref(),
+        profile.items_found()[0].title.as_deref(),
         Some("Fjord Fisheries AS")
     );
-    assert_eq!(profile.items[0].metadata["plan"], "Starter");
+    assert_eq!(profile.items_found()[0].metadata["plan"], "Starter");
 
     let none = lookup(&orders, "orders", "CUST-2001", 5).await;
     assert_ok(&none);
-    assert!(none.items.is_empty());
+    assert!(none.items_found().is_empty());
     // CUST-2001 has a ticket, but it is closed.
     let none = lookup(&tickets, "tickets", "CUST-2001", 5).await;
     assert_ok(&none);
-    assert!(none.items.is_empty());
+    assert!(none.items_found().is_empty());
 }
 
 #[tokio::test]
@@ -167,7 +167,7 @@ async fn an_unknown_customer_has_no_rows_anywhere() {
         let provider = demo_provider(&binding, id).await;
         let outcome = lookup(&provider, id, "CUST-9999", 5).await;
         assert_ok(&outcome);
-        assert!(outcome.items.is_empty(), "{id}: {outcome:?}");
+        assert!(outcome.items_found().is_empty(), "{id}: {outcome:?}");
         assert!(!outcome.found_anything());
     }
 }

@@ -2,19 +2,16 @@
 //! `context.provider.v1` record per provider the turn reached, and the items kept
 //! under `retention = "content"`. Pure: the clock, the key and the turn are passed in.
 
-use super::DigestKey;
-use super::record::{
-    CutRecord, InputDigest, ItemRecord, LayerDecisionRecord, PROVIDER_RECORD_KIND, ProviderRecord,
-    RetainedItem, RetentionRecord, SelectionRecord, TURN_RECORD_KIND, TurnRecord, TurnTrace,
-    material_digest, timestamp,
-};
+use super::{Answered, Ask};
 use crate::config::Retention;
-use crate::contract::{CONTRACT, Source, VersionSource};
-use crate::digest::canonical_digest;
-use crate::gate::{Plan, ProviderDecision};
-use crate::kernel::{Outcome, TurnResult};
-use crate::project::Project;
-use std::collections::BTreeMap;
+use crate::contract::{CONTRACT, Source};
+use crate::gate::ProviderDecision;
+use crate::outcome::Call;
+use crate::trace::DigestKey;
+use crate::trace::record::{
+    InputDigest, ItemRecord, PROVIDER_RECORD_KIND, ProviderRecord, RetainedItem, RetentionRecord,
+    TURN_RECORD_KIND, TurnRecord, TurnTrace, material_digest, timestamp,
+};
 use std::time::{Duration, SystemTime};
 
 /// How one provider is bound, as provenance needs it.
@@ -26,134 +23,87 @@ pub struct ProviderTraceSettings<'a> {
     pub retention_ttl: Duration,
 }
 
-/// Facts of one invocation beside its outcome.
-#[derive(Debug, Clone, Copy)]
-pub struct InvocationFacts {
-    pub version_source: Option<VersionSource>,
-    pub duration: Duration,
-    pub observed_at: SystemTime,
-}
-
-/// The turn as provenance sees it.
+/// The turn beside what the kernel made of it, as its record and its answer see it.
 pub struct TurnFacts<'a> {
     pub turn_id: &'a str,
     pub tenant: &'a str,
-    pub project: &'a Project,
     /// `(revision, digest)` of the Deployment Binding.
     pub binding: Option<(&'a str, &'a str)>,
-    pub profile: &'a str,
-    pub objective: Option<&'a str>,
-    pub consumer: Option<&'a str>,
-    pub inputs: &'a BTreeMap<String, String>,
+    /// What the turn asked for (its profile is the one the pipeline resolved).
+    pub ask: Ask<'a>,
     pub deadline: Duration,
     pub mode: Source,
     pub started_at: SystemTime,
     pub duration: Duration,
 }
 
-/// Keyed locators of a turn's selections and cuts, computed once for the response and
-/// the trace. `None` for static text.
-pub struct Locators {
-    pub selections: Vec<Option<String>>,
-    pub cuts: Vec<Option<String>>,
-}
-
-impl Locators {
-    pub fn of(result: &TurnResult, key: &DigestKey) -> Locators {
-        let locator =
-            |provider: &Option<String>, item_id: &Option<String>| match (provider, item_id) {
-                (Some(provider), Some(id)) => Some(key.locator(provider, id)),
-                _ => None,
-            };
-        Locators {
-            selections: result
-                .selections
-                .iter()
-                .map(|s| locator(&s.provider, &s.item_id))
-                .collect(),
-            cuts: result
-                .cuts
-                .iter()
-                .map(|c| locator(&c.provider, &c.item_id))
-                .collect(),
+impl Answered<'_> {
+    /// Builds the turn's trace. `settings(provider_id)` says how each provider is bound.
+    pub fn capture<'s>(
+        &self,
+        turn: &TurnFacts<'_>,
+        key: &DigestKey,
+        settings: &dyn Fn(&str) -> ProviderTraceSettings<'s>,
+    ) -> TurnTrace {
+        let (started_at_ms, started_at) = timestamp(turn.started_at);
+        let mut providers = Vec::new();
+        let mut retained = Vec::new();
+        for (p, decision) in self.decisions.providers.iter().enumerate() {
+            if *decision == ProviderDecision::NotNeeded {
+                continue;
+            }
+            let setting = settings(&self.project.providers[p].id);
+            let call = self.call_of(p);
+            if setting.retention == Retention::Content
+                && let Some(call) = call
+            {
+                let expires_at_ms =
+                    started_at_ms.saturating_add(setting.retention_ttl.as_millis() as i64);
+                retained.extend(
+                    call.outcome
+                        .items_found()
+                        .iter()
+                        .zip(&call.fingerprints)
+                        .map(|(item, fingerprint)| RetainedItem {
+                            fingerprint: fingerprint.clone(),
+                            item: item.clone(),
+                            expires_at_ms,
+                        }),
+                );
+            }
+            providers.extend(self.provider_record(p, *decision, call, turn, key, &setting));
+        }
+        TurnTrace {
+            turn: self.turn_record(turn, key, started_at_ms, started_at, settings),
+            providers,
+            retained,
+            build: None,
         }
     }
-}
 
-/// Builds a turn's trace. `outcomes[i]` and `facts[i]` belong to `plan.invocations[i]`;
-/// `settings(provider_id)` says how each provider is bound.
-#[allow(clippy::too_many_arguments)]
-pub fn capture<'s>(
-    turn: &TurnFacts<'_>,
-    plan: &Plan,
-    outcomes: &[Outcome],
-    facts: &[InvocationFacts],
-    result: &TurnResult,
-    locators: &Locators,
-    key: &DigestKey,
-    settings: &dyn Fn(&str) -> ProviderTraceSettings<'s>,
-) -> TurnTrace {
-    let project = turn.project;
-    let (started_at_ms, started_at) = timestamp(turn.started_at);
-    let retention_of = |provider: &str| settings(provider).retention;
-
-    let rendered: std::collections::HashMap<(&str, usize), &str> = result
-        .selections
-        .iter()
-        .filter_map(|s| Some(((s.provider.as_deref()?, s.item?), s.fingerprint.as_str())))
-        .collect();
-    let mut providers = Vec::new();
-    let mut retained = Vec::new();
-    for (p, decision) in plan.providers.iter().enumerate() {
-        if *decision == ProviderDecision::NotNeeded {
-            continue;
-        }
-        let spec = &project.providers[p];
-        let value = turn.inputs.get(&spec.input).map_or("", String::as_str);
-        let setting = settings(&spec.id);
-        let invoked = match decision {
-            ProviderDecision::Invoke(i) => Some((&outcomes[*i], &facts[*i])),
-            _ => None,
-        };
+    /// The `context.provider.v1` record of one provider the turn reached; `None` when
+    /// gating neither decided nor invoked it.
+    fn provider_record(
+        &self,
+        p: usize,
+        decision: ProviderDecision,
+        call: Option<&Call>,
+        turn: &TurnFacts<'_>,
+        key: &DigestKey,
+        setting: &ProviderTraceSettings<'_>,
+    ) -> Option<ProviderRecord> {
+        let spec = &self.project.providers[p];
+        let value = turn.ask.inputs.get(&spec.input).map_or("", String::as_str);
         let (observed_at_ms, observed_at) =
-            timestamp(invoked.map_or(turn.started_at, |(_, f)| f.observed_at));
-        let outcome = invoked.map(|(o, _)| o);
-        // Rendered items were fingerprinted by the kernel already; only the others
-        // (dropped by the budget) are fingerprinted here.
-        let fingerprints: Vec<String> = outcome
-            .map(|o| {
-                o.items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, item)| match rendered.get(&(spec.id.as_str(), i + 1)) {
-                        Some(fingerprint) => (*fingerprint).to_owned(),
-                        None => canonical_digest(item),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+            timestamp(call.map_or(turn.started_at, |c| c.facts.observed_at));
+        let outcome = call.map(|c| &c.outcome);
+        let fingerprints: &[String] = call.map_or(&[], |c| &c.fingerprints);
         let keep_digests = setting.retention != Retention::None;
-        let keep_content = setting.retention == Retention::Content && !fingerprints.is_empty();
-        if keep_content {
-            let expires_at_ms =
-                started_at_ms.saturating_add(setting.retention_ttl.as_millis() as i64);
-            for (item, fingerprint) in outcome
-                .into_iter()
-                .flat_map(|o| &o.items)
-                .zip(&fingerprints)
-            {
-                retained.push(RetainedItem {
-                    fingerprint: fingerprint.clone(),
-                    item: item.clone(),
-                    expires_at_ms,
-                });
-            }
-        }
         let items: Vec<ItemRecord> = if keep_digests {
             outcome
-                .into_iter()
-                .flat_map(|o| &o.items)
-                .zip(&fingerprints)
+                .map_or(&[][..], |o| o.items_found())
+                .iter()
+                .zip(fingerprints)
                 .map(|(item, fingerprint)| ItemRecord {
                     locator: key.locator(&spec.id, &item.id),
                     fingerprint: fingerprint.clone(),
@@ -163,17 +113,16 @@ pub fn capture<'s>(
         } else {
             Vec::new()
         };
-        let status = match (decision.final_status(), outcome) {
-            (Some(status), _) => status,
-            (None, Some(outcome)) => outcome.status,
-            (None, None) => continue,
-        };
+        let status = decision
+            .final_status()
+            .or_else(|| outcome.map(|o| o.status()))?;
         let detail = match decision {
             ProviderDecision::InvalidRequest(invalid) => Some(invalid.detail().to_owned()),
-            _ => outcome.and_then(|o| o.detail.clone()),
+            _ => outcome.and_then(|o| o.detail()).map(str::to_owned),
         };
+        let succeeded = outcome.is_some_and(|o| o.is_success());
         let fingerprint_refs: Vec<&str> = fingerprints.iter().map(String::as_str).collect();
-        providers.push(ProviderRecord {
+        Some(ProviderRecord {
             kind: PROVIDER_RECORD_KIND.to_owned(),
             provider: spec.id.clone(),
             contract: CONTRACT.to_owned(),
@@ -181,87 +130,72 @@ pub fn capture<'s>(
             binding_digest: turn.binding.map(|(_, digest)| digest.to_owned()),
             provider_type: setting.provider_type.map(str::to_owned),
             version: outcome.and_then(|o| o.version.clone()),
-            version_source: invoked.and_then(|(_, f)| f.version_source),
+            version_source: call.and_then(|c| c.facts.version_source),
             request_digest: key.request_digest(&spec.id, &spec.input, value),
             lookup_key: spec.input.clone(),
-            invoked: invoked.is_some(),
+            invoked: call.is_some(),
             observed_at,
             observed_at_ms,
             upstream_revision: outcome.and_then(|o| o.revision.clone()),
-            currentness: outcome
-                .filter(|o| o.status.is_success())
-                .map(|o| o.currentness),
+            currentness: outcome.and_then(|o| o.currentness()),
             item_count: fingerprints.len(),
-            material_digest: (keep_digests && outcome.is_some_and(|o| o.status.is_success()))
+            material_digest: (keep_digests && succeeded)
                 .then(|| material_digest(&fingerprint_refs)),
             items,
-            duration_ms: invoked.map(|(_, f)| f.duration.as_millis() as u64),
+            duration_ms: call
+                .and_then(|c| c.facts.duration)
+                .map(|d| d.as_millis() as u64),
             status,
             detail,
             source: outcome.map(|o| o.source),
             retention: RetentionRecord {
                 policy: setting.retention.as_str().to_owned(),
                 ttl_ms: setting.retention_ttl.as_millis() as u64,
-                content_retained: keep_content,
+                content_retained: setting.retention == Retention::Content
+                    && !fingerprints.is_empty(),
             },
-        });
+        })
     }
 
-    let hide = |provider: &Option<String>| {
-        provider
-            .as_deref()
-            .is_some_and(|p| retention_of(p) == Retention::None)
-    };
-    let selections = result
-        .selections
-        .iter()
-        .zip(&locators.selections)
-        .map(|(s, locator)| SelectionRecord {
-            layer: s.layer.clone(),
-            provider: s.provider.clone(),
-            locator: if hide(&s.provider) {
-                None
-            } else {
-                locator.clone()
-            },
-            fingerprint: (!hide(&s.provider)).then(|| s.fingerprint.clone()),
-            bytes: s.bytes,
-            truncated: s.truncated,
-            handle: s.handle.clone(),
-        })
-        .collect();
-    let cuts = result
-        .cuts
-        .iter()
-        .zip(&locators.cuts)
-        .map(|(c, locator)| CutRecord {
-            layer: c.layer.clone(),
-            provider: c.provider.clone(),
-            locator: if hide(&c.provider) {
-                None
-            } else {
-                locator.clone()
-            },
-            action: c.action,
-            bytes_before: c.bytes_before,
-            bytes_after: c.bytes_after,
-        })
-        .collect();
-
-    TurnTrace {
-        turn: TurnRecord {
+    /// The turn record: decisions, selections and cuts as the answer reports them (less
+    /// locators and fingerprints of providers under `retention = "none"`).
+    fn turn_record<'s>(
+        &self,
+        turn: &TurnFacts<'_>,
+        key: &DigestKey,
+        started_at_ms: i64,
+        started_at: String,
+        settings: &dyn Fn(&str) -> ProviderTraceSettings<'s>,
+    ) -> TurnRecord {
+        let result = &self.result;
+        let hide = |provider: &Option<String>| {
+            provider
+                .as_deref()
+                .is_some_and(|p| settings(p).retention == Retention::None)
+        };
+        let mut selections = result.selections.clone();
+        for selection in selections.iter_mut().filter(|s| hide(&s.provider)) {
+            selection.locator = None;
+            selection.fingerprint = None;
+        }
+        let mut cuts = result.cuts.clone();
+        for cut in cuts.iter_mut().filter(|c| hide(&c.provider)) {
+            cut.locator = None;
+        }
+        TurnRecord {
             kind: TURN_RECORD_KIND.to_owned(),
             turn_id: turn.turn_id.to_owned(),
             tenant: turn.tenant.to_owned(),
-            project: project.id().to_owned(),
-            project_version: project.doc.version.clone(),
-            build_digest: project.digest.clone(),
+            project: self.project.id().to_owned(),
+            project_version: self.project.doc.version.clone(),
+            build_digest: self.project.digest.clone(),
             binding_revision: turn.binding.map(|(revision, _)| revision.to_owned()),
             binding_digest: turn.binding.map(|(_, digest)| digest.to_owned()),
-            profile: turn.profile.to_owned(),
-            objective: turn.objective.map(str::to_owned),
-            consumer: turn.consumer.map(str::to_owned),
+            profile: self.profile.to_owned(),
+            objective: turn.ask.objective.map(str::to_owned),
+            consumer: turn.ask.consumer.map(str::to_owned),
             inputs: turn
+                .ask
                 .inputs
                 .iter()
                 .map(|(k, v)| InputDigest {
@@ -272,19 +206,7 @@ pub fn capture<'s>(
             budget_max_bytes: result.budget.max_bytes,
             deadline_ms: turn.deadline.as_millis() as u64,
             mode: turn.mode,
-            layers: result
-                .layers
-                .iter()
-                .map(|l| LayerDecisionRecord {
-                    id: l.id.clone(),
-                    status: l.status,
-                    reason: l.reason,
-                    required: l.required,
-                    providers: l.providers.clone(),
-                    missing_inputs: l.missing_inputs.clone(),
-                    currentness: l.currentness,
-                })
-                .collect(),
+            layers: result.layers.clone(),
             selections,
             cuts,
             blocked: result.blocked,
@@ -295,10 +217,7 @@ pub fn capture<'s>(
             started_at,
             started_at_ms,
             duration_ms: turn.duration.as_millis() as u64,
-        },
-        providers,
-        retained,
-        build: None,
+        }
     }
 }
 
@@ -306,9 +225,14 @@ pub fn capture<'s>(
 mod tests {
     use super::*;
     use crate::contract::{Currentness, Item, ProviderStatus};
-    use crate::gate::{self, GateRequest};
-    use crate::kernel;
+    use crate::digest::canonical_digest;
+    use crate::gate::Invocation;
+    use crate::kernel::{NoHandles, Rendering};
+    use crate::outcome::{Failure, Outcome};
+    use crate::project::Project;
+    use crate::turn::{Immediate, plan};
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     const VALUE: &str = "CUST-7391";
 
@@ -344,51 +268,43 @@ mod tests {
         let project = project();
         let key = DigestKey::from_bytes(vec![9u8; 32]).unwrap();
         let inputs: BTreeMap<String, String> = [("customerId".to_owned(), VALUE.to_owned())].into();
-        let request = GateRequest {
-            profile: project.profile("default").unwrap(),
+        let ask = Ask {
+            profile: None,
             objective: None,
             consumer: None,
             inputs: &inputs,
         };
-        let plan = gate::plan(&project, &request, &|id| id != "ghost");
-        let outcomes = vec![
-            Outcome::items(
-                vec![item(VALUE, "Gold tier since 2020")],
-                Currentness::Current,
-                Source::Live,
-            ),
-            Outcome::status(
-                ProviderStatus::Timeout,
-                Some("DEADLINE".into()),
-                Source::Live,
-            ),
-        ];
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_500_000);
-        let facts = vec![
-            InvocationFacts {
-                version_source: None,
-                duration: Duration::from_millis(3),
-                observed_at: now
-            };
-            2
-        ];
-        let result = kernel::assemble(
-            &project,
-            &plan,
-            &outcomes,
-            10_000,
-            "00ff00ff00ff00ff00ff00ff00ff00ff",
-        );
-        let locators = Locators::of(&result, &key);
+        let source = Immediate::new(
+            |id: &str| id != "ghost",
+            |invocation: &Invocation| match invocation.provider_id.as_str() {
+                "crm" => Outcome::items(
+                    vec![item(VALUE, "Gold tier since 2020")],
+                    Currentness::Current,
+                    Source::Live,
+                ),
+                _ => Outcome::failed(Failure::Deadline, Source::Live),
+            },
+        )
+        .observed_at(now);
+        let mut called = plan(&project, &ask, &source)
+            .unwrap()
+            .call_now(&source)
+            .unwrap();
+        for call in &mut called.calls {
+            call.facts.duration = Some(Duration::from_millis(3));
+        }
+        let answered = called.assemble(Rendering {
+            max_bytes: 10_000,
+            nonce: "00ff00ff00ff00ff00ff00ff00ff00ff",
+            handles: &mut NoHandles,
+            locators: Some(&key),
+        });
         let turn = TurnFacts {
             turn_id: "t-1",
             tenant: "acme",
-            project: &project,
             binding: Some(("r1", "sha256:b")),
-            profile: "default",
-            objective: None,
-            consumer: None,
-            inputs: &inputs,
+            ask,
             deadline: Duration::from_secs(1),
             mode: Source::Live,
             started_at: now,
@@ -399,9 +315,7 @@ mod tests {
             retention,
             retention_ttl: Duration::from_secs(3600),
         };
-        capture(
-            &turn, &plan, &outcomes, &facts, &result, &locators, &key, &settings,
-        )
+        answered.capture(&turn, &key, &settings)
     }
 
     fn text_of(trace: &TurnTrace) -> String {

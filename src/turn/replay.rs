@@ -15,20 +15,19 @@
 //!
 //! Errors name input keys, providers and digests — never an input value.
 
-use super::DigestKey;
-use super::record::{ProviderRecord, TurnRecord};
-use super::store::{StoreError, StoredTurn, TraceReader};
+use super::{Ask, OutcomeSource, UnknownProfile, plan};
 use crate::contract::{Item, LayerReason, LayerStatus, ProviderStatus};
 use crate::digest::canonical_digest;
-use crate::gate::{self, GateRequest, Plan, ProviderDecision};
-use crate::kernel::{self, Outcome};
+use crate::gate::{Invocation, Plan, ProviderDecision};
+use crate::kernel::{self, Rendering};
+use crate::outcome::{CallFacts, Failure, Outcome, detail::LIVE_DEPENDENCY_UNAVAILABLE};
 use crate::project::Project;
+use crate::trace::DigestKey;
+use crate::trace::record::{ProviderRecord, TurnRecord};
+use crate::trace::store::{StoreError, StoredTurn, TraceReader};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-
-/// The `detail` of a provider whose recorded answer cannot be reproduced: its content
-/// was not retained, has expired, or no longer matches its fingerprint.
-pub const LIVE_DEPENDENCY_UNAVAILABLE: &str = "LIVE_DEPENDENCY_UNAVAILABLE";
+use std::time::Duration;
 
 /// Hands back, for an item that did not fit, the handle the original turn kept it
 /// behind (matched by its keyed locator). No handle is registered by a replay.
@@ -190,6 +189,59 @@ pub fn verify_inputs(
     Ok(())
 }
 
+/// A recorded turn as the source of its own outcomes: each invocation is answered from
+/// its provider record, after checking that the replayed request is the recorded one.
+struct RecordedTurn<'a> {
+    stored: &'a StoredTurn,
+    key: &'a DigestKey,
+    retained: &'a HashMap<String, Item>,
+}
+
+impl RecordedTurn<'_> {
+    fn record_of(&self, provider: &str) -> Option<&ProviderRecord> {
+        self.stored
+            .providers
+            .iter()
+            .find(|r| r.provider == provider)
+    }
+}
+
+impl OutcomeSource for RecordedTurn<'_> {
+    type Error = ReplayError;
+
+    /// The binding as the turn saw it: a provider is bound unless it recorded
+    /// `NOT_BOUND`. One the turn never recorded counts as bound, so a plan that invokes
+    /// it is caught instead of silently rendering "not bound".
+    fn is_bound(&self, provider: &str) -> bool {
+        self.record_of(provider)
+            .is_none_or(|r| r.status != ProviderStatus::NotBound)
+    }
+
+    async fn answer(&self, invocation: &Invocation) -> Result<(Outcome, CallFacts), ReplayError> {
+        let provider = &invocation.provider_id;
+        let record = self
+            .record_of(provider)
+            .ok_or_else(|| ReplayError::RecordMismatch {
+                provider: provider.clone(),
+                problem: "the replay invokes it but the turn has no record of it".to_owned(),
+            })?;
+        let request_digest = self
+            .key
+            .request_digest(provider, &invocation.key, &invocation.value);
+        if !same_digest(&request_digest, &record.request_digest) {
+            return Err(ReplayError::RequestMismatch(provider.clone()));
+        }
+        let outcome = replay_outcome(record, self.retained, &self.stored.turn)?;
+        let facts = CallFacts {
+            version_source: record.version_source,
+            duration: record.duration_ms.map(Duration::from_millis),
+            observed_at: std::time::UNIX_EPOCH
+                + Duration::from_millis(u64::try_from(record.observed_at_ms).unwrap_or(0)),
+        };
+        Ok((outcome, facts))
+    }
+}
+
 /// Replays a recorded turn from the record alone: no provider is contacted.
 ///
 /// `project` is the Build the turn ran; `retained` maps fingerprints to the content the
@@ -206,70 +258,54 @@ pub fn replay(
     if project.digest != turn.build_digest {
         return Err(ReplayError::BuildMismatch);
     }
-    let profile = project
-        .profile(&turn.profile)
-        .ok_or(ReplayError::BuildMismatch)?;
-    let record_of = |id: &str| stored.providers.iter().find(|r| r.provider == id);
-    let request = GateRequest {
-        profile,
+    let source = RecordedTurn {
+        stored,
+        key,
+        retained,
+    };
+    let ask = Ask {
+        profile: Some(&turn.profile),
         objective: turn.objective.as_deref(),
         consumer: turn.consumer.as_deref(),
         inputs,
     };
-    // The binding as the turn saw it: a provider is bound unless it recorded NOT_BOUND.
-    // One the turn never recorded counts as bound, so a plan that invokes it is caught
-    // below instead of silently rendering "not bound".
-    let plan = gate::plan(project, &request, &|id| {
-        record_of(id).is_none_or(|r| r.status != ProviderStatus::NotBound)
-    });
-    check_plan(project, &plan, stored)?;
-
-    let mut replays = Vec::with_capacity(plan.invocations.len());
-    let mut outcomes = Vec::with_capacity(plan.invocations.len());
-    for invocation in &plan.invocations {
-        let provider = &invocation.provider_id;
-        let record = record_of(provider).ok_or_else(|| ReplayError::RecordMismatch {
-            provider: provider.clone(),
-            problem: "the replay invokes it but the turn has no record of it".to_owned(),
-        })?;
-        let request_digest = key.request_digest(provider, &invocation.key, &invocation.value);
-        if !same_digest(&request_digest, &record.request_digest) {
-            return Err(ReplayError::RequestMismatch(provider.clone()));
-        }
-        let (replayed, outcome) = replay_outcome(record, retained, turn)?;
-        replays.push(replayed);
-        outcomes.push(outcome);
-    }
-
+    let planned =
+        plan(project, &ask, &source).map_err(|UnknownProfile(_)| ReplayError::BuildMismatch)?;
+    check_plan(project, planned.plan(), stored)?;
+    let called = planned.call_now(&source)?;
     // Items kept behind handles get the handles the turn recorded, so the replayed
-    // references — and the rendered digest — are the original ones.
-    let mut handles = RecordedHandles { turn, key };
-    let result = kernel::assemble_with_handles(
-        project,
-        &plan,
-        &outcomes,
-        turn.budget_max_bytes,
-        &turn.nonce,
-        &mut handles,
-    );
-
+    // references — and the rendered digest — are the original ones; the recorded budget
+    // and nonce make an exact replay render byte-identical text.
+    let answered = called.assemble(Rendering {
+        max_bytes: turn.budget_max_bytes,
+        nonce: &turn.nonce,
+        handles: &mut RecordedHandles { turn, key },
+        locators: None,
+    });
+    let result = &answered.result;
     let providers = result
         .providers
         .iter()
         .map(|p| {
-            let replay = match project.provider_index(&p.id).map(|i| plan.providers[i]) {
-                Some(ProviderDecision::Invoke(i)) => replays[i],
-                _ => ProviderReplay::NotInvoked,
+            let call = project
+                .provider_index(&p.id)
+                .and_then(|index| answered.call_of(index));
+            let replay = match call.and_then(|call| call.outcome.failure()) {
+                None if call.is_none() => ProviderReplay::NotInvoked,
+                Some(Failure::LiveDependencyUnavailable) => {
+                    ProviderReplay::LiveDependencyUnavailable
+                }
+                _ => ProviderReplay::Exact,
             };
             ReplayedProvider {
                 id: p.id.clone(),
                 replay,
                 status: p.status,
                 detail: p.detail.clone(),
-                original_status: record_of(&p.id).map(|r| r.status),
+                original_status: source.record_of(&p.id).map(|r| r.status),
             }
         })
-        .collect();
+        .collect::<Vec<_>>();
     let layers = result
         .layers
         .iter()
@@ -284,9 +320,13 @@ pub fn replay(
             }
         })
         .collect();
+    let exact = providers
+        .iter()
+        .all(|p| p.replay != ProviderReplay::LiveDependencyUnavailable);
+    let result = answered.result;
     Ok(ReplayResult {
         turn_id: turn.turn_id.clone(),
-        exact: replays.iter().all(|r| *r == ProviderReplay::Exact),
+        exact,
         rendered_digest_matches: result.rendered_digest == turn.rendered_digest,
         rendered_digest: result.rendered_digest,
         original_rendered_digest: turn.rendered_digest.clone(),
@@ -343,7 +383,7 @@ fn check_plan(project: &Project, plan: &Plan, stored: &StoredTurn) -> Result<(),
     for record in &stored.providers {
         let decision = project
             .provider_index(&record.provider)
-            .map(|p| plan.providers[p]);
+            .map(|p| plan.decisions.providers[p]);
         match decision {
             None => {
                 return Err(mismatch(
@@ -384,19 +424,15 @@ fn check_plan(project: &Project, plan: &Plan, stored: &StoredTurn) -> Result<(),
     Ok(())
 }
 
-/// The outcome one provider record replays as.
+/// The outcome one provider record replays as: the recorded answer, or — for items
+/// that cannot be given back verified — `NOT_EVALUATED` (`LIVE_DEPENDENCY_UNAVAILABLE`).
 fn replay_outcome(
     record: &ProviderRecord,
     retained: &HashMap<String, Item>,
     turn: &TurnRecord,
-) -> Result<(ProviderReplay, Outcome), ReplayError> {
+) -> Result<Outcome, ReplayError> {
     let source = record.source.unwrap_or(turn.mode);
-    let with_provenance = |mut outcome: Outcome| {
-        outcome.version = record.version.clone();
-        outcome.revision = record.upstream_revision.clone();
-        outcome
-    };
-    let outcome = match record.status {
+    let mut outcome = match record.status {
         ProviderStatus::Timeout
         | ProviderStatus::Unavailable
         | ProviderStatus::LimitExceeded
@@ -404,29 +440,10 @@ fn replay_outcome(
         | ProviderStatus::SecretDetected
         | ProviderStatus::Incompatible
         | ProviderStatus::NotEvaluated
-        | ProviderStatus::NotFound => with_provenance(Outcome::status(
-            record.status,
-            record.detail.clone(),
-            source,
-        )),
+        | ProviderStatus::NotFound => Outcome::stated(record.status, record.detail.clone(), source),
         ProviderStatus::Ok => match retained_items(record, retained) {
-            Some(items) => with_provenance(Outcome {
-                status: ProviderStatus::Ok,
-                detail: record.detail.clone(),
-                items,
-                currentness: record.currentness.unwrap_or_default(),
-                version: None,
-                revision: None,
-                source,
-            }),
-            None => {
-                let outcome = Outcome::status(
-                    ProviderStatus::NotEvaluated,
-                    Some(LIVE_DEPENDENCY_UNAVAILABLE.to_owned()),
-                    source,
-                );
-                return Ok((ProviderReplay::LiveDependencyUnavailable, outcome));
-            }
+            Some(items) => Outcome::items(items, record.currentness.unwrap_or_default(), source),
+            None => return Ok(Outcome::failed(Failure::LiveDependencyUnavailable, source)),
         },
         // Gating decides these before any invocation; `check_plan` already refused a
         // record that says the turn invoked such a provider.
@@ -440,7 +457,9 @@ fn replay_outcome(
             });
         }
     };
-    Ok((ProviderReplay::Exact, outcome))
+    outcome.version = record.version.clone();
+    outcome.revision = record.upstream_revision.clone();
+    Ok(outcome)
 }
 
 /// The items of an `OK` answer in their recorded order, or `None` when they cannot be
@@ -480,14 +499,12 @@ fn same_digest(a: &str, b: &str) -> bool {
 mod tests {
     use super::*;
     use crate::config::Retention;
-    use crate::contract::{Currentness, Source};
-    use crate::gate::Invocation;
-    use crate::kernel::TurnResult;
-    use crate::trace::capture::{
-        InvocationFacts, Locators, ProviderTraceSettings, TurnFacts, capture,
-    };
+    use crate::contract::{Currentness, Source, TurnResult};
+    use crate::kernel::NoHandles;
+    use crate::outcome::Answer;
     use crate::trace::record::TurnTrace;
     use crate::trace::store::TraceStore;
+    use crate::turn::{Immediate, ProviderTraceSettings, TurnFacts};
     use proptest::prelude::*;
     use serde_json::json;
     use std::time::{Duration, SystemTime};
@@ -544,7 +561,7 @@ mod tests {
     }
 
     fn failed(status: ProviderStatus, detail: Option<&str>) -> Outcome {
-        Outcome::status(status, detail.map(str::to_owned), Source::Live)
+        Outcome::stated(status, detail.map(str::to_owned), Source::Live)
     }
 
     fn inputs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -594,40 +611,33 @@ mod tests {
         answer: &dyn Fn(&Invocation) -> Outcome,
         key: &DigestKey,
     ) -> Recorded {
-        let request = GateRequest {
-            profile: project.profile(spec.profile).unwrap(),
+        let ask = Ask {
+            profile: Some(spec.profile),
             objective: Some("billing"),
             consumer: Some("support-agent"),
             inputs: &spec.inputs,
         };
-        let plan = gate::plan(project, &request, &|id| !spec.unbound.contains(&id));
-        let outcomes: Vec<Outcome> = plan.invocations.iter().map(answer).collect();
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_500_000);
-        let facts = vec![
-            InvocationFacts {
-                version_source: None,
-                duration: Duration::from_millis(4),
-                observed_at: now,
-            };
-            outcomes.len()
-        ];
-        let result = kernel::assemble(
-            project,
-            &plan,
-            &outcomes,
-            spec.max_bytes,
-            &kernel::random_nonce(),
-        );
-        let locators = Locators::of(&result, key);
+        let source =
+            Immediate::new(|id: &str| !spec.unbound.contains(&id), answer).observed_at(now);
+        let mut called = plan(project, &ask, &source)
+            .unwrap()
+            .call_now(&source)
+            .unwrap();
+        for call in &mut called.calls {
+            call.facts.duration = Some(Duration::from_millis(4));
+        }
+        let answered = called.assemble(Rendering {
+            max_bytes: spec.max_bytes,
+            nonce: &kernel::random_nonce(),
+            handles: &mut NoHandles,
+            locators: Some(key),
+        });
         let turn = TurnFacts {
             turn_id: "turn-1",
             tenant: "acme",
-            project,
             binding: Some(("2026-11-30.1", "sha256:binding")),
-            profile: spec.profile,
-            objective: Some("billing"),
-            consumer: Some("support-agent"),
-            inputs: &spec.inputs,
+            ask,
             deadline: Duration::from_secs(1),
             mode: Source::Live,
             started_at: now,
@@ -638,9 +648,8 @@ mod tests {
             retention: spec.retention,
             retention_ttl: Duration::from_secs(3600),
         };
-        let mut trace = capture(
-            &turn, &plan, &outcomes, &facts, &result, &locators, key, &settings,
-        );
+        let mut trace = answered.capture(&turn, key, &settings);
+        let result = answered.result;
         trace.build = Some((project.digest.clone(), project.build().to_json_pretty()));
         Recorded {
             retained: trace
@@ -721,11 +730,13 @@ mod tests {
         };
         let long = |invocation: &Invocation| {
             let mut outcome = answered(invocation);
-            for item in &mut outcome.items {
-                item.content = item.content.repeat(20);
-            }
-            if invocation.provider_id == ORDERS {
-                outcome.currentness = Currentness::Stale;
+            if let Answer::Items { items, currentness } = &mut outcome.answer {
+                for item in items {
+                    item.content = item.content.repeat(20);
+                }
+                if invocation.provider_id == ORDERS {
+                    *currentness = Currentness::Stale;
+                }
             }
             outcome
         };
@@ -1222,7 +1233,7 @@ mod tests {
             3 => (prop::collection::vec(arb_item(), 0..4), currentness)
                 .prop_map(|(items, c)| Outcome::items(items, c, Source::Live)),
             1 => (failure, prop::option::of(Just("DEADLINE".to_owned())))
-                .prop_map(|(s, d)| Outcome::status(s, d, Source::Live)),
+                .prop_map(|(s, d)| Outcome::stated(s, d, Source::Live)),
         ]
     }
 

@@ -1,0 +1,458 @@
+//! What one provider invocation produced, whatever the provider type or source: items,
+//! "no record", or a typed [`Failure`] — never items beside a failure. A [`Call`] carries
+//! one invocation of a turn's plan with its outcome and the facts provenance needs.
+
+use crate::contract::{Currentness, Item, ProviderStatus, Source, VersionSource};
+use crate::digest::canonical_digest;
+use crate::gate::Invocation;
+use std::time::{Duration, SystemTime};
+
+/// The `detail` codes of fast failures and refusals, as the API, traces and metrics
+/// spell them. [`Failure::detail`] is the one place that maps a failure to its code.
+pub mod detail {
+    pub const CIRCUIT_OPEN: &str = "CIRCUIT_OPEN";
+    pub const OVERLOADED: &str = "OVERLOADED";
+    pub const REDIRECT_REFUSED: &str = "REDIRECT_REFUSED";
+    pub const CREDENTIAL_REFLECTED: &str = "CREDENTIAL_REFLECTED";
+    pub const UNAUTHORIZED: &str = "UNAUTHORIZED";
+    pub const CONNECT_FAILED: &str = "CONNECT_FAILED";
+    pub const CONNECTION_RESET: &str = "CONNECTION_RESET";
+    pub const RESPONSE_TOO_LARGE: &str = "RESPONSE_TOO_LARGE";
+    pub const TOO_MANY_ITEMS: &str = "TOO_MANY_ITEMS";
+    pub const ITEM_TOO_LARGE: &str = "ITEM_TOO_LARGE";
+    pub const WRONG_CONTRACT: &str = "WRONG_CONTRACT";
+    pub const NO_LOOKUP_CAPABILITY: &str = "NO_LOOKUP_CAPABILITY";
+    pub const MALFORMED: &str = "MALFORMED";
+    pub const DEADLINE: &str = "DEADLINE";
+    /// `TIMEOUT`: the budget ran out while waiting for a pooled connection.
+    pub const POOL_EXHAUSTED: &str = "POOL_EXHAUSTED";
+    /// `UNAVAILABLE`: the pool was closed (shutdown).
+    pub const POOL_CLOSED: &str = "POOL_CLOSED";
+    /// `UNAVAILABLE`: the database failed (busy, locked, file gone, corrupt, I/O error).
+    pub const DATABASE_ERROR: &str = "DATABASE_ERROR";
+    /// `NOT_EVALUATED`: a Context Test or Preview has no fixture for the invocation.
+    pub const PROVIDER_FIXTURE_MISSING: &str = "PROVIDER_FIXTURE_MISSING";
+    /// `NOT_EVALUATED`: a replay cannot reproduce the recorded answer (its content was
+    /// not retained, has expired, or no longer matches its fingerprint).
+    pub const LIVE_DEPENDENCY_UNAVAILABLE: &str = "LIVE_DEPENDENCY_UNAVAILABLE";
+}
+
+/// Why an invocation gave no usable answer. Each variant is one cause with a fixed
+/// status and detail; [`Failure::Stated`] holds a failure known only by the status and
+/// detail someone wrote down (a Context Test fixture, a recorded trace).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// Admission refused the call: the circuit is open. The provider was not contacted.
+    CircuitOpen,
+    /// Admission refused the call: every concurrency permit is in use.
+    Overloaded,
+    /// No complete answer by the deadline (the provider's or the turn's).
+    Deadline,
+    /// The deadline passed while waiting for a pooled connection.
+    PoolExhausted,
+    /// Nothing answered: connection refused, unreachable, DNS or TLS.
+    ConnectFailed,
+    /// The connection closed before a complete answer.
+    ConnectionReset,
+    /// The provider refused the bound credential (401/403).
+    Unauthorized,
+    /// The provider answered another non-2xx status (`HTTP_503`).
+    HttpStatus(u16),
+    /// The connection pool was closed (shutdown).
+    PoolClosed,
+    /// The database failed (busy, locked, file gone, corrupt, I/O error).
+    DatabaseError,
+    /// The provider answered a redirect, which is never followed.
+    RedirectRefused,
+    /// The answer (or an item) does not have the contract's shape.
+    Malformed,
+    /// The answer is larger than the response bound.
+    ResponseTooLarge,
+    /// More items than the limit.
+    TooManyItems,
+    /// An item larger than the per-item bound.
+    ItemTooLarge,
+    /// The answer echoed the bound credential.
+    CredentialReflected,
+    /// A secret pattern in the answer; the detector's name, never the secret.
+    SecretPattern(&'static str),
+    /// The answer is of another contract.
+    WrongContract,
+    /// The provider does not offer `lookup`.
+    NoLookupCapability,
+    /// The request could not be encoded.
+    RequestUnencodable,
+    /// The HTTP client refused to build the request.
+    RequestNotBuilt,
+    /// A Context Test or Preview has no fixture for the invocation.
+    FixtureMissing,
+    /// A replay cannot reproduce the recorded answer.
+    LiveDependencyUnavailable,
+    /// The deployment binds no implementation to the provider.
+    NotBound,
+    /// A failure as a fixture or a trace record states it. The status is never `OK` or
+    /// `NOT_FOUND` (see [`Outcome::stated`]).
+    Stated {
+        status: ProviderStatus,
+        detail: Option<String>,
+    },
+}
+
+impl Failure {
+    /// The provider status the failure reports.
+    pub fn status(&self) -> ProviderStatus {
+        use ProviderStatus as S;
+        match self {
+            Failure::CircuitOpen
+            | Failure::Overloaded
+            | Failure::ConnectFailed
+            | Failure::ConnectionReset
+            | Failure::Unauthorized
+            | Failure::HttpStatus(_)
+            | Failure::PoolClosed
+            | Failure::DatabaseError => S::Unavailable,
+            Failure::Deadline | Failure::PoolExhausted => S::Timeout,
+            Failure::RedirectRefused | Failure::Malformed => S::InvalidResponse,
+            Failure::ResponseTooLarge | Failure::TooManyItems | Failure::ItemTooLarge => {
+                S::LimitExceeded
+            }
+            Failure::CredentialReflected | Failure::SecretPattern(_) => S::SecretDetected,
+            Failure::WrongContract | Failure::NoLookupCapability => S::Incompatible,
+            Failure::RequestUnencodable | Failure::RequestNotBuilt => S::InvalidRequest,
+            Failure::FixtureMissing | Failure::LiveDependencyUnavailable => S::NotEvaluated,
+            Failure::NotBound => S::NotBound,
+            Failure::Stated { status, .. } => *status,
+        }
+    }
+
+    /// The detail code the API, traces and metrics report beside the status.
+    pub fn detail(&self) -> Option<&str> {
+        Some(match self {
+            Failure::CircuitOpen => detail::CIRCUIT_OPEN,
+            Failure::Overloaded => detail::OVERLOADED,
+            Failure::Deadline => detail::DEADLINE,
+            Failure::PoolExhausted => detail::POOL_EXHAUSTED,
+            Failure::ConnectFailed => detail::CONNECT_FAILED,
+            Failure::ConnectionReset => detail::CONNECTION_RESET,
+            Failure::Unauthorized => detail::UNAUTHORIZED,
+            Failure::HttpStatus(code) => http_code_detail(*code),
+            Failure::PoolClosed => detail::POOL_CLOSED,
+            Failure::DatabaseError => detail::DATABASE_ERROR,
+            Failure::RedirectRefused => detail::REDIRECT_REFUSED,
+            Failure::Malformed | Failure::RequestUnencodable => detail::MALFORMED,
+            Failure::ResponseTooLarge => detail::RESPONSE_TOO_LARGE,
+            Failure::TooManyItems => detail::TOO_MANY_ITEMS,
+            Failure::ItemTooLarge => detail::ITEM_TOO_LARGE,
+            Failure::CredentialReflected => detail::CREDENTIAL_REFLECTED,
+            Failure::SecretPattern(detector) => detector,
+            Failure::WrongContract => detail::WRONG_CONTRACT,
+            Failure::NoLookupCapability => detail::NO_LOOKUP_CAPABILITY,
+            Failure::RequestNotBuilt | Failure::NotBound => return None,
+            Failure::FixtureMissing => detail::PROVIDER_FIXTURE_MISSING,
+            Failure::LiveDependencyUnavailable => detail::LIVE_DEPENDENCY_UNAVAILABLE,
+            Failure::Stated { detail, .. } => return detail.as_deref(),
+        })
+    }
+
+    /// Whether the failure says the provider itself is failing — a timeout or an
+    /// unavailable provider — and so counts toward opening its circuit. A refusal by
+    /// admission never does: the provider was not contacted.
+    pub fn counts_toward_breaker(&self) -> bool {
+        !self.is_refused_by_admission()
+            && matches!(
+                self.status(),
+                ProviderStatus::Timeout | ProviderStatus::Unavailable
+            )
+    }
+
+    /// Whether ctxd's own admission (circuit, permits) refused the call.
+    pub fn is_refused_by_admission(&self) -> bool {
+        matches!(self, Failure::CircuitOpen | Failure::Overloaded)
+    }
+
+    /// Whether the provider was contacted and answered something: an answer that was
+    /// refused (bounds, secrets, contract) still shows the provider is up.
+    pub fn provider_answered(&self) -> bool {
+        matches!(
+            self.status(),
+            ProviderStatus::LimitExceeded
+                | ProviderStatus::InvalidResponse
+                | ProviderStatus::SecretDetected
+                | ProviderStatus::Incompatible
+        )
+    }
+}
+
+impl std::fmt::Display for Failure {
+    /// `STATUS (DETAIL)`, or the status alone.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.detail() {
+            Some(detail) => write!(f, "{} ({detail})", self.status()),
+            None => write!(f, "{}", self.status()),
+        }
+    }
+}
+
+/// `HTTP_100` … `HTTP_999`, built at compile time so details stay `&'static str`.
+static HTTP_CODE_DETAILS: [[u8; 8]; 900] = {
+    let mut table = [*b"HTTP_000"; 900];
+    let mut index = 0;
+    while index < 900 {
+        let code = index + 100;
+        table[index][5] = b'0' + (code / 100) as u8;
+        table[index][6] = b'0' + (code / 10 % 10) as u8;
+        table[index][7] = b'0' + (code % 10) as u8;
+        index += 1;
+    }
+    table
+};
+
+fn http_code_detail(code: u16) -> &'static str {
+    usize::from(code)
+        .checked_sub(100)
+        .and_then(|index| HTTP_CODE_DETAILS.get(index))
+        .and_then(|bytes| std::str::from_utf8(bytes).ok())
+        .unwrap_or(detail::MALFORMED)
+}
+
+/// The answer part of an outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// `OK`: the items, none for "no record" where a provider type answers so.
+    Items {
+        items: Vec<Item>,
+        currentness: Currentness,
+    },
+    /// `NOT_FOUND`: the provider says there is no record (HTTP 404).
+    NotFound,
+    Failed(Failure),
+}
+
+/// What one provider invocation produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub answer: Answer,
+    /// The data version the answer reports.
+    pub version: Option<String>,
+    /// The upstream revision the answer reports.
+    pub revision: Option<String>,
+    pub source: Source,
+}
+
+impl Outcome {
+    /// A successful answer; zero items means "no record".
+    pub fn items(items: Vec<Item>, currentness: Currentness, source: Source) -> Self {
+        Outcome::of(Answer::Items { items, currentness }, source)
+    }
+
+    /// `NOT_FOUND`: the provider has no record.
+    pub fn not_found(source: Source) -> Self {
+        Outcome::of(Answer::NotFound, source)
+    }
+
+    pub fn failed(failure: Failure, source: Source) -> Self {
+        Outcome::of(Answer::Failed(failure), source)
+    }
+
+    /// An answer without items as a fixture or a trace record states it: `OK` (no
+    /// items, currentness unknown), `NOT_FOUND`, or a failure with its detail.
+    pub fn stated(status: ProviderStatus, detail: Option<String>, source: Source) -> Self {
+        let answer = match status {
+            ProviderStatus::Ok => Answer::Items {
+                items: Vec::new(),
+                currentness: Currentness::Unknown,
+            },
+            ProviderStatus::NotFound => Answer::NotFound,
+            status => Answer::Failed(Failure::Stated { status, detail }),
+        };
+        Outcome::of(answer, source)
+    }
+
+    fn of(answer: Answer, source: Source) -> Self {
+        Outcome {
+            answer,
+            version: None,
+            revision: None,
+            source,
+        }
+    }
+
+    pub fn status(&self) -> ProviderStatus {
+        match &self.answer {
+            Answer::Items { .. } => ProviderStatus::Ok,
+            Answer::NotFound => ProviderStatus::NotFound,
+            Answer::Failed(failure) => failure.status(),
+        }
+    }
+
+    pub fn detail(&self) -> Option<&str> {
+        self.failure().and_then(Failure::detail)
+    }
+
+    pub fn failure(&self) -> Option<&Failure> {
+        match &self.answer {
+            Answer::Failed(failure) => Some(failure),
+            _ => None,
+        }
+    }
+
+    /// The items of an `OK` answer; none otherwise.
+    pub fn items_found(&self) -> &[Item] {
+        match &self.answer {
+            Answer::Items { items, .. } => items,
+            _ => &[],
+        }
+    }
+
+    /// The currentness a usable answer reports: the provider's for `OK`, `UNKNOWN` for
+    /// `NOT_FOUND`; `None` for a failure.
+    pub fn currentness(&self) -> Option<Currentness> {
+        match &self.answer {
+            Answer::Items { currentness, .. } => Some(*currentness),
+            Answer::NotFound => Some(Currentness::Unknown),
+            Answer::Failed(_) => None,
+        }
+    }
+
+    /// `OK` with at least one item.
+    pub fn found_anything(&self) -> bool {
+        !self.items_found().is_empty()
+    }
+
+    /// A usable answer: items or a definite "no record".
+    pub fn is_success(&self) -> bool {
+        !matches!(self.answer, Answer::Failed(_))
+    }
+}
+
+/// When and how an invocation was answered, beside its outcome: what the answer and
+/// the trace report of the call itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallFacts {
+    /// Where the reported version came from (`None` when there is none).
+    pub version_source: Option<VersionSource>,
+    /// How long the call took; `None` when it is not timed (Context Tests and Preview,
+    /// whose output must not vary from run to run).
+    pub duration: Option<Duration>,
+    pub observed_at: SystemTime,
+}
+
+impl CallFacts {
+    /// Facts of an answer that was not timed: Context Tests, Preview, replays.
+    pub fn untimed(outcome: &Outcome) -> CallFacts {
+        CallFacts {
+            version_source: outcome.version.is_some().then_some(VersionSource::Response),
+            duration: None,
+            observed_at: SystemTime::now(),
+        }
+    }
+}
+
+/// One invocation of a turn's plan, answered: the invocation, its outcome, the call's
+/// facts, and the fingerprint of every item (computed once, for rendering and trace).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub invocation: Invocation,
+    pub outcome: Outcome,
+    pub facts: CallFacts,
+    /// SHA-256 of each item's canonical JSON, in answer order.
+    pub fingerprints: Vec<String>,
+}
+
+impl Call {
+    pub fn new(invocation: Invocation, outcome: Outcome, facts: CallFacts) -> Call {
+        let fingerprints = outcome.items_found().iter().map(canonical_digest).collect();
+        Call {
+            invocation,
+            outcome,
+            facts,
+            fingerprints,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_failure_reports_a_failure_status() {
+        let failures = [
+            Failure::CircuitOpen,
+            Failure::Overloaded,
+            Failure::Deadline,
+            Failure::PoolExhausted,
+            Failure::ConnectFailed,
+            Failure::ConnectionReset,
+            Failure::Unauthorized,
+            Failure::HttpStatus(503),
+            Failure::PoolClosed,
+            Failure::DatabaseError,
+            Failure::RedirectRefused,
+            Failure::Malformed,
+            Failure::ResponseTooLarge,
+            Failure::TooManyItems,
+            Failure::ItemTooLarge,
+            Failure::CredentialReflected,
+            Failure::SecretPattern("github_token"),
+            Failure::WrongContract,
+            Failure::NoLookupCapability,
+            Failure::RequestUnencodable,
+            Failure::RequestNotBuilt,
+            Failure::FixtureMissing,
+            Failure::LiveDependencyUnavailable,
+            Failure::NotBound,
+        ];
+        for failure in failures {
+            assert!(!failure.status().is_success(), "{failure:?}");
+            let outcome = Outcome::failed(failure.clone(), Source::Live);
+            assert!(outcome.items_found().is_empty());
+            assert_eq!(outcome.currentness(), None);
+        }
+    }
+
+    #[test]
+    fn only_provider_failures_count_toward_the_breaker() {
+        let counted: Vec<bool> = [
+            Failure::Deadline,
+            Failure::HttpStatus(502),
+            Failure::CircuitOpen,
+            Failure::Overloaded,
+            Failure::Malformed,
+            Failure::FixtureMissing,
+        ]
+        .iter()
+        .map(Failure::counts_toward_breaker)
+        .collect();
+        assert_eq!(counted, [true, true, false, false, false, false]);
+        assert!(Failure::SecretPattern("x").provider_answered());
+        assert!(!Failure::CircuitOpen.provider_answered());
+    }
+
+    #[test]
+    fn details_spell_the_codes() {
+        assert_eq!(Failure::HttpStatus(503).detail(), Some("HTTP_503"));
+        assert_eq!(Failure::HttpStatus(100).detail(), Some("HTTP_100"));
+        assert_eq!(Failure::HttpStatus(999).detail(), Some("HTTP_999"));
+        assert_eq!(Failure::HttpStatus(42).detail(), Some(detail::MALFORMED));
+        assert_eq!(Failure::RequestNotBuilt.detail(), None);
+        assert_eq!(Failure::Deadline.to_string(), "TIMEOUT (DEADLINE)");
+    }
+
+    #[test]
+    fn stated_answers_keep_their_status_and_detail() {
+        let ok = Outcome::stated(ProviderStatus::Ok, None, Source::TestFixture);
+        assert_eq!(ok.status(), ProviderStatus::Ok);
+        assert_eq!(ok.currentness(), Some(Currentness::Unknown));
+        let missing = Outcome::stated(ProviderStatus::NotFound, None, Source::TestFixture);
+        assert_eq!(missing.status(), ProviderStatus::NotFound);
+        let down = Outcome::stated(
+            ProviderStatus::Timeout,
+            Some("slow".into()),
+            Source::TestFixture,
+        );
+        assert_eq!(down.status(), ProviderStatus::Timeout);
+        assert_eq!(down.detail(), Some("slow"));
+        assert!(!down.is_success());
+    }
+}
