@@ -1,9 +1,19 @@
-//! `Coordinator`: one per HTTP worker, started on that worker's thread, so turn
-//! throughput scales with workers. For each turn it plans with the gating core, fans
-//! out every invocation concurrently under the turn deadline, and hands the outcomes to
-//! the kernel. Its handler returns a future at once, so the mailbox (capacity
-//! `MAILBOX_CAPACITY`) drains as fast as turns arrive; the per-tenant in-flight limit in
-//! the API bounds how many run.
+//! `Coordinator`: the request coordinator, one actor per HTTP worker, started on that
+//! worker's thread so turn throughput scales with workers. For each turn it runs the
+//! turn pipeline (`turn`): plans with the gating core, fans out every invocation
+//! concurrently under the turn deadline — admission through each provider's gate, the
+//! I/O on this thread — assembles with the kernel, captures the trace and queues it for
+//! the trace writer.
+//!
+//! Why an actor and not a function: it is the one owner of its worker's turns. Its
+//! bounded mailbox (`MAILBOX_CAPACITY`) is the worker's turn queue — the API awaits each
+//! turn with the turn's deadline plus a margin, so a coordinator that falls behind is
+//! seen as `RUNTIME_UNAVAILABLE` instead of growing a queue — and it counts the turns it
+//! is running and has finished, which `Observe` shows to `/readyz` and to shutdown, which
+//! waits for them. A turn keeps running to its end (and its trace is queued) even when
+//! the caller stopped waiting. The handler spawns each turn as a future of the actor's
+//! own context, so the mailbox drains as fast as turns arrive; the per-tenant in-flight
+//! limit in the API bounds how many run.
 
 use super::provider::Refusal;
 use super::topology::{Mode, ProjectRuntime, Registry, TenantRuntime};
@@ -35,11 +45,20 @@ const DEADLINE_GRACE: Duration = Duration::from_millis(25);
 
 pub struct Coordinator {
     registry: Arc<Registry>,
+    /// Turns this worker is running now. Only this actor's context touches it: a turn is
+    /// counted when its message is handled and uncounted when its future ends.
+    in_flight: usize,
+    /// Turns this worker has finished since it started (answered or refused).
+    finished: u64,
 }
 
 impl Coordinator {
     pub fn new(registry: Arc<Registry>) -> Self {
-        Coordinator { registry }
+        Coordinator {
+            registry,
+            in_flight: 0,
+            finished: 0,
+        }
     }
 }
 
@@ -78,11 +97,45 @@ pub enum TurnError {
 }
 
 impl Handler<RunTurn> for Coordinator {
-    type Result = ResponseFuture<Result<TurnResponse, TurnError>>;
+    type Result = ResponseActFuture<Self, Result<TurnResponse, TurnError>>;
 
     fn handle(&mut self, turn: RunTurn, _: &mut Self::Context) -> Self::Result {
+        self.in_flight += 1;
         let registry = Arc::clone(&self.registry);
-        Box::pin(async move { run_turn(&registry, &turn.tenant, turn.request).await })
+        let run = async move { run_turn(&registry, &turn.tenant, turn.request).await };
+        Box::pin(run.into_actor(self).map(|answer, coordinator, _| {
+            coordinator.in_flight -= 1;
+            coordinator.finished += 1;
+            answer
+        }))
+    }
+}
+
+/// Asks a coordinator for its observable state.
+#[derive(Debug)]
+pub struct Observe;
+
+impl Message for Observe {
+    type Result = CoordinatorSnapshot;
+}
+
+/// What a coordinator shows to health checks, shutdown and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoordinatorSnapshot {
+    /// Turns running on this worker now.
+    pub in_flight: usize,
+    /// Turns finished on this worker since it started.
+    pub finished: u64,
+}
+
+impl Handler<Observe> for Coordinator {
+    type Result = MessageResult<Observe>;
+
+    fn handle(&mut self, _: Observe, _: &mut Self::Context) -> Self::Result {
+        MessageResult(CoordinatorSnapshot {
+            in_flight: self.in_flight,
+            finished: self.finished,
+        })
     }
 }
 

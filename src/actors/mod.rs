@@ -1,14 +1,20 @@
-//! The actor runtime: a `ProviderActor` per tenant × provider binding owns the
-//! binding's client or pool, its `ProviderGate` (concurrency permits and circuit
-//! breaker, used on the callers' threads) and readiness; a
-//! `Coordinator` per HTTP worker plans each turn, fans out its invocations under the
-//! turn deadline and assembles the answer; `topology` starts them and shuts them down in
-//! order. Actors hold state and move messages; the rules live in the pure cores.
+//! The actor runtime, three actors over pure cores:
+//! - `ProviderActor`, one per tenant × provider binding, on the provider arbiters: owns
+//!   the binding's client, pool or child process, its `ProviderGate` (concurrency
+//!   permits, circuit breaker, timeout — used on the callers' threads, so no actor thread
+//!   caps a provider) and its readiness probe; closes everything on `Shutdown`.
+//! - `Coordinator`, one per HTTP worker, on that worker's thread: runs each turn's
+//!   pipeline — plan, fan-out under the turn deadline, assemble, capture — and counts
+//!   its worker's turns.
+//! - `TraceWriter` (`trace::writer`), on its own thread: persists provenance in batches.
+//!
+//! `topology` starts them and shuts them down in order. Actors hold state and move
+//! messages; the rules live in the pure cores.
 
 pub mod coordinator;
 pub mod provider;
 pub mod topology;
 
-pub use coordinator::{Coordinator, RunTurn, TurnError};
+pub use coordinator::{Coordinator, CoordinatorSnapshot, RunTurn, TurnError};
 pub use provider::{Grant, Observe, ProviderActor, ProviderGate, ProviderSnapshot, Refusal};
 pub use topology::{Mode, ProjectRuntime, ProviderHandle, Registry, TenantRuntime, Topology};

@@ -1,6 +1,7 @@
 //! The `context-provider.v1` HTTP provider: one `POST` per lookup or readiness probe to
 //! the endpoint exactly as bound, with every answer bounded, scanned and mapped to an
-//! explicit provider status. Plain async code; the provider actor owns the client.
+//! explicit provider status. Plain async code: the provider actor owns the client (its
+//! connection pool is shared by clones); lookups run on the calling coordinator's thread.
 //!
 //! Order of checks on an answer, so that the strongest signal wins and nothing is read
 //! or parsed that need not be:

@@ -1,6 +1,8 @@
 //! Provider implementations and the rules every provider answer passes: bounds and
-//! secret scanning. Implementations are plain async code with no actor types: a
-//! `ProviderActor` owns them and grants their use; callers run the I/O.
+//! secret scanning. Implementations are plain async code with no actor types. A
+//! `ProviderActor` creates one per binding, owns its lifecycle (readiness probe, closing
+//! on shutdown) and hands it out through its `ProviderGate`; each lookup runs on the
+//! thread of the coordinator that was granted it.
 
 pub mod bounds;
 pub mod http;

@@ -1,9 +1,11 @@
 //! The circuit breaker: a pure state machine over call results and an injected clock.
 //!
-//! Owned by a `ProviderActor` (one per provider binding), which asks [`Breaker::admit`]
-//! before granting a call and reports the call's [`CallResult`] with
-//! [`Breaker::record`]. No async, no locks, and no reading of the clock: every method
-//! takes `now`, so tests drive time explicitly.
+//! One per provider binding, inside the `ProviderGate` its `ProviderActor` creates and
+//! owns. The gate runs on the callers' threads (the coordinators'): it asks
+//! [`Breaker::admit`] before a call and reports the call's [`CallResult`] (see
+//! [`classify`]) with [`Breaker::record`], each under a lock held for that one step. No
+//! async, no locks here, and no reading of the clock: every method takes `now`, so tests
+//! drive time explicitly.
 //!
 //! - **Closed**: calls are allowed. The last `window` Success/Failure results are kept in
 //!   a ring buffer (Neutral results are not stored). After each stored result the circuit

@@ -1,6 +1,7 @@
-//! Resilience policies owned by provider actors: the circuit breaker (the response cache
-//! comes later). Everything here is a plain type driven by events and an injected clock,
-//! so it is tested without a runtime.
+//! Resilience policies of a provider binding: the circuit breaker, kept in the binding's
+//! `ProviderGate` (owned by its `ProviderActor`, used on the callers' threads).
+//! Everything here is a plain type driven by events and an injected clock, so it is
+//! tested without a runtime.
 
 pub mod breaker;
 
