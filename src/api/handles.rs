@@ -18,8 +18,8 @@
 //! per-handle sequence to give it, and recording caller-chosen ids would let anyone
 //! fill the store.
 
-use super::routes::{authenticate, read_body};
-use super::{ApiError, ApiState};
+use super::routes::read_body;
+use super::{ApiError, ApiState, Tenant};
 use crate::actors::Registry;
 use crate::handles::ops::{self, Execution, Inspected, OpOutput};
 use crate::handles::record::RecordLimits;
@@ -57,12 +57,6 @@ struct OpResponse<'a> {
     elapsed_ms: u64,
 }
 
-fn shutting_down() -> ApiError {
-    ApiError::RuntimeUnavailable {
-        message: "ctxd is shutting down".to_owned(),
-    }
-}
-
 fn counted(op: &'static str, error: ApiError) -> ApiError {
     HandleOperationFinished {
         op,
@@ -72,11 +66,7 @@ fn counted(op: &'static str, error: ApiError) -> ApiError {
     error
 }
 
-async fn capabilities(
-    request: HttpRequest,
-    state: web::Data<ApiState>,
-) -> Result<HttpResponse, ApiError> {
-    authenticate(&request, &state.registry)?;
+async fn capabilities(_: Tenant, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
     let store = &state.registry.handles;
     let settings = store.settings();
     let mut body = serde_json::to_value(store.capabilities()).unwrap_or_default();
@@ -101,16 +91,13 @@ struct Attempted {
 }
 
 async fn operate(
+    tenant: Tenant,
     request: HttpRequest,
     path: web::Path<String>,
     payload: web::Payload,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
     let registry = state.registry.clone();
-    if registry.is_shutting_down() {
-        return Err(shutting_down());
-    }
-    let tenant = authenticate(&request, &registry)?;
     let id = path.into_inner();
     if !is_valid_id(&id) {
         return Err(counted(
@@ -237,15 +224,11 @@ async fn traced(
 }
 
 async fn delete(
-    request: HttpRequest,
+    tenant: Tenant,
     path: web::Path<String>,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
     let registry = state.registry.clone();
-    if registry.is_shutting_down() {
-        return Err(shutting_down());
-    }
-    let tenant = authenticate(&request, &registry)?;
     let id = path.into_inner();
     if !is_valid_id(&id) {
         return Err(counted(
@@ -323,12 +306,12 @@ fn parse_trace_query(query: &str) -> Result<(u64, usize), HandleError> {
 }
 
 async fn trace(
+    tenant: Tenant,
     request: HttpRequest,
     path: web::Path<String>,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
     let registry = state.registry.clone();
-    let tenant = authenticate(&request, &registry)?;
     let id = path.into_inner();
     if !is_valid_id(&id) {
         return Err(ApiError::Handle(HandleError::InvalidHandle));
