@@ -19,7 +19,8 @@
 //!
 //! Layout: [`store`] (the in-memory store: TTL, byte cap, LRU, tombstones), [`request`]
 //! (the operation request JSON and its limits), [`ops`] (the operations), [`record`]
-//! (the per-operation trace record).
+//! (the per-operation trace record), [`attempt`] (one operation or delete from the
+//! parsed request to its answer and record — what the API's routes call).
 //!
 //! Versions: a handle's material never changes after registration, and no operation
 //! derives new material, so every handle has version 1. The version is still part of
@@ -27,6 +28,7 @@
 //! material that was replaced or removed fails structurally (`stale_handle`) instead of
 //! reading something else.
 
+pub mod attempt;
 pub mod ops;
 #[cfg(test)]
 mod ops_tests;
