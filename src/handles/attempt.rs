@@ -17,7 +17,9 @@
 //!
 //! The clock is injected: the store's `now` and the operation's time limit read it.
 
-use super::ops::{self, Clock, Inspected, OpOutput};
+use super::bounds::Clock;
+use super::ops;
+use super::output::{Inspected, OpOutput};
 use super::record::RecordLimits;
 use super::request::{Limits, OpRequest, ParseFailure};
 use super::store::{Attempt, HandleStore};
