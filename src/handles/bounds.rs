@@ -107,70 +107,15 @@ impl Budget {
     /// Adds a text entry, cut to the remaining bytes. `cut_already` marks text that was
     /// shortened before (a mapped prefix). Returns whether more entries may follow.
     pub(super) fn text(&mut self, entry: Entry, text: &str, keep: Keep, cut_already: bool) -> bool {
-        if !self.room() {
-            return false;
-        }
-        let remaining = self.remaining();
-        if text.len() <= remaining {
-            self.push(
-                Entry {
-                    payload: Payload::Text(text.to_owned()),
-                    ..entry
-                },
-                cut_already,
-            );
-            return !cut_already;
-        }
-        let (kept, dropped_chars) = match keep {
-            Keep::Head => (&text[..text.floor_char_boundary(remaining)], 0),
-            Keep::Tail => {
-                let from = text.ceil_char_boundary(text.len() - remaining);
-                (&text[from..], text[..from].chars().count())
-            }
-        };
-        self.truncated = true;
-        if !kept.is_empty() {
-            let entry = Entry {
-                start: entry.start.map(|start| start + dropped_chars),
-                payload: Payload::Text(kept.to_owned()),
-                ..entry
-            };
-            self.push(entry, true);
-        }
-        false
+        self.text_as(Payload::Text, entry, text, keep, cut_already)
     }
 
     /// Adds a `map` value.
     pub(super) fn value(&mut self, entry: Entry, value: MapValue, cut_already: bool) -> bool {
         match value {
             MapValue::Text(text) => {
-                if !self.room() {
-                    return false;
-                }
-                let remaining = self.remaining();
-                if text.len() <= remaining {
-                    self.push(
-                        Entry {
-                            payload: Payload::Value(MapValue::Text(text)),
-                            ..entry
-                        },
-                        cut_already,
-                    );
-                    return !cut_already;
-                }
-                let mut text = text;
-                text.truncate(text.floor_char_boundary(remaining));
-                self.truncated = true;
-                if !text.is_empty() {
-                    self.push(
-                        Entry {
-                            payload: Payload::Value(MapValue::Text(text)),
-                            ..entry
-                        },
-                        true,
-                    );
-                }
-                false
+                let payload = |text| Payload::Value(MapValue::Text(text));
+                self.text_as(payload, entry, &text, Keep::Head, cut_already)
             }
             MapValue::Number(n) => {
                 if !self.room() {
@@ -191,6 +136,48 @@ impl Budget {
                 true
             }
         }
+    }
+
+    /// [`Budget::text`], with `payload` making the entry's payload of the kept text.
+    fn text_as(
+        &mut self,
+        payload: fn(String) -> Payload,
+        entry: Entry,
+        text: &str,
+        keep: Keep,
+        cut_already: bool,
+    ) -> bool {
+        if !self.room() {
+            return false;
+        }
+        let remaining = self.remaining();
+        if text.len() <= remaining {
+            self.push(
+                Entry {
+                    payload: payload(text.to_owned()),
+                    ..entry
+                },
+                cut_already,
+            );
+            return !cut_already;
+        }
+        let (kept, dropped_chars) = match keep {
+            Keep::Head => (&text[..text.floor_char_boundary(remaining)], 0),
+            Keep::Tail => {
+                let from = text.ceil_char_boundary(text.len() - remaining);
+                (&text[from..], text[..from].chars().count())
+            }
+        };
+        self.truncated = true;
+        if !kept.is_empty() {
+            let entry = Entry {
+                start: entry.start.map(|start| start + dropped_chars),
+                payload: payload(kept.to_owned()),
+                ..entry
+            };
+            self.push(entry, true);
+        }
+        false
     }
 
     /// Adds one item, its content cut if it does not fit.
