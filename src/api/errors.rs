@@ -37,6 +37,13 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// 503 for every request that arrives once shutdown has started.
+    pub fn shutting_down() -> ApiError {
+        ApiError::RuntimeUnavailable {
+            message: "ctxd is shutting down".to_owned(),
+        }
+    }
+
     fn code(&self) -> &'static str {
         match self {
             ApiError::Unauthorized => "UNAUTHORIZED",

@@ -11,28 +11,30 @@
 //! - `GET /v1/handles/capabilities` — `filesystem: false, network: false`, the
 //!   operations, functions and limits.
 //!
-//! Every attempt on a handle the tenant holds (live or tombstoned) — successful or
-//! not — gets the handle's next sequence number and a trace record, queued like a
-//! turn's: if the queue stays full the answer is 503, never an untraced result. An id
-//! that resolves to nothing of the tenant's is only counted in the metric: there is no
-//! per-handle sequence to give it, and recording caller-chosen ids would let anyone
-//! fill the store.
+//! What an attempt comes to — sequence, result, trace record — is decided by
+//! [`crate::handles::attempt`]; these routes turn HTTP into its types and back, hop to
+//! the blocking pool, queue the record and count the result. Every attempt on a handle
+//! the tenant holds (live or tombstoned) — successful or not — is traced, its record
+//! queued like a turn's: if the queue stays full the answer is 503, never an untraced
+//! result. An id that resolves to nothing of the tenant's is only counted in the
+//! metric: there is no per-handle sequence to give it, and recording caller-chosen ids
+//! would let anyone fill the store.
 
-use super::routes::{authenticate, read_body};
-use super::{ApiError, ApiState};
+use super::routes::read_body;
+use super::{ApiError, ApiState, Tenant};
 use crate::actors::Registry;
-use crate::handles::ops::{self, Execution, Inspected, OpOutput};
-use crate::handles::record::RecordLimits;
+use crate::handles::attempt::{self, DELETE, Finished, NotHeld, Prepared};
 use crate::handles::request;
 use crate::handles::{
-    HandleError, HandleOpRecord, HandleOperationFinished, HandleRef, SystemClock, is_valid_id,
+    HandleError, HandleOpRecord, HandleOperationFinished, HandleRef, OpOutput, SystemClock,
+    is_valid_id,
 };
 use crate::trace::query::{DEFAULT_HANDLE_OPERATIONS, MAX_HANDLE_OPERATIONS};
 use crate::trace::store::TraceReader;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Serialize;
 use serde_json::json;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 pub fn configure(config: &mut web::ServiceConfig) {
     config
@@ -46,7 +48,7 @@ pub fn configure(config: &mut web::ServiceConfig) {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct OpResponse<'a> {
-    handle: HandleRef,
+    handle: &'a HandleRef,
     operation: &'static str,
     sequence: u64,
     limits: &'a request::Limits,
@@ -55,12 +57,6 @@ struct OpResponse<'a> {
     bytes_inspected: u64,
     items_inspected: u64,
     elapsed_ms: u64,
-}
-
-fn shutting_down() -> ApiError {
-    ApiError::RuntimeUnavailable {
-        message: "ctxd is shutting down".to_owned(),
-    }
 }
 
 fn counted(op: &'static str, error: ApiError) -> ApiError {
@@ -72,11 +68,13 @@ fn counted(op: &'static str, error: ApiError) -> ApiError {
     error
 }
 
-async fn capabilities(
-    request: HttpRequest,
-    state: web::Data<ApiState>,
-) -> Result<HttpResponse, ApiError> {
-    authenticate(&request, &state.registry)?;
+/// Nothing of the tenant's: only counted (see the module docs).
+fn not_held(not_held: NotHeld) -> ApiError {
+    let op = not_held.op;
+    counted(op, ApiError::Handle(not_held.into_error()))
+}
+
+async fn capabilities(_: Tenant, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
     let store = &state.registry.handles;
     let settings = store.settings();
     let mut body = serde_json::to_value(store.capabilities()).unwrap_or_default();
@@ -92,25 +90,14 @@ async fn capabilities(
     Ok(HttpResponse::Ok().json(body))
 }
 
-/// What one attempt on a handle came to, before it is traced and answered.
-struct Attempted {
-    limits: Option<request::Limits>,
-    inspected: Inspected,
-    elapsed: Duration,
-    result: Result<OpOutput, HandleError>,
-}
-
 async fn operate(
+    tenant: Tenant,
     request: HttpRequest,
     path: web::Path<String>,
     payload: web::Payload,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
-    let registry = state.registry.clone();
-    if registry.is_shutting_down() {
-        return Err(shutting_down());
-    }
-    let tenant = authenticate(&request, &registry)?;
+    let registry = &state.registry;
     let id = path.into_inner();
     if !is_valid_id(&id) {
         return Err(counted(
@@ -123,90 +110,67 @@ async fn operate(
         .map_err(|error| counted("unknown", error))?;
     let store = &registry.handles;
     let parsed = request::parse(&body, &store.settings().limits);
-    let (op, version) = match &parsed {
-        Ok(request) => (request.op.name(), Some(request.version)),
-        Err(failure) => (failure.op, failure.version),
-    };
-    let started_at = SystemTime::now();
-    let attempt = store.begin(&tenant.id, &id, version, Instant::now());
-    let (Some(sequence), Some(handle_version)) = (attempt.sequence, attempt.version) else {
-        // Nothing of the tenant's: only counted (see the module docs).
-        let error = attempt
-            .outcome
-            .expect_err("an attempt without a sequence resolved to nothing");
-        return Err(counted(op, ApiError::Handle(error)));
-    };
-    // The handle answers first (stale), then the request, then the operation.
-    let attempted = match (attempt.outcome, parsed) {
-        (Err(error), parsed) => Attempted::refused(error, parsed.ok().map(|r| r.limits)),
-        (Ok(_), Err(failure)) => Attempted::refused(failure.error, None),
-        (Ok(material), Ok(request)) => {
-            let limits = request.limits;
-            let execution: Execution =
-                web::block(move || ops::run(&material, &request.op, &request.limits, &SystemClock))
-                    .await
-                    .map_err(|_| {
-                        counted(
-                            op,
-                            ApiError::RuntimeUnavailable {
-                                message: "the operation could not be scheduled".to_owned(),
-                            },
-                        )
-                    })?;
-            Attempted {
-                limits: Some(limits),
-                inspected: execution.inspected,
-                elapsed: execution.elapsed,
-                result: execution.result,
-            }
+    let prepared = attempt::prepare(
+        store,
+        &tenant.id,
+        &id,
+        parsed,
+        SystemTime::now(),
+        &SystemClock,
+    )
+    .map_err(not_held)?;
+    let finished = match prepared {
+        Prepared::Refused(finished) => finished,
+        // Never on the worker's thread: the operation is bounded by its time limit, not
+        // by a few microseconds.
+        Prepared::Ready(ready) => {
+            let op = ready.op();
+            web::block(move || ready.run(&SystemClock))
+                .await
+                .map_err(|_| {
+                    counted(
+                        op,
+                        ApiError::RuntimeUnavailable {
+                            message: "the operation could not be scheduled".to_owned(),
+                        },
+                    )
+                })?
         }
     };
-    let mut record = HandleOpRecord::new(&tenant.id, &id, handle_version, sequence, op, started_at);
-    record.bytes_inspected = attempted.inspected.bytes;
-    record.items_inspected = attempted.inspected.items;
-    record.elapsed_ms = attempted.elapsed.as_millis() as u64;
-    record.limits = attempted.limits.as_ref().map(RecordLimits::from);
-    match &attempted.result {
-        Ok(output) => {
-            record.bytes_returned = output.bytes_returned as u64;
-            record.entries = output.entries.len() as u64;
-            record.truncated = output.truncated;
-        }
-        Err(error) => record.result = error.kind().to_owned(),
-    }
-    traced(&registry, &record, op).await?;
-    match attempted.result {
-        Ok(output) => {
-            HandleOperationFinished { op, result: "ok" }.emit();
-            let limits = attempted
-                .limits
-                .expect("a successful operation ran under limits");
-            Ok(HttpResponse::Ok().json(OpResponse {
-                handle: HandleRef {
-                    id,
-                    version: handle_version,
-                },
-                operation: op,
-                sequence,
-                limits: &limits,
-                output: &output,
-                bytes_inspected: attempted.inspected.bytes,
-                items_inspected: attempted.inspected.items,
-                elapsed_ms: attempted.elapsed.as_millis() as u64,
-            }))
-        }
-        Err(error) => Err(counted(op, ApiError::Handle(error))),
-    }
+    let operation = finished.op;
+    concluded(registry, finished, |handle, sequence, answer| {
+        HttpResponse::Ok().json(OpResponse {
+            handle,
+            operation,
+            sequence,
+            limits: &answer.limits,
+            output: &answer.output,
+            bytes_inspected: answer.inspected.bytes,
+            items_inspected: answer.inspected.items,
+            elapsed_ms: answer.elapsed.as_millis() as u64,
+        })
+    })
+    .await
 }
 
-impl Attempted {
-    fn refused(error: HandleError, limits: Option<request::Limits>) -> Attempted {
-        Attempted {
-            limits,
-            inspected: Inspected::default(),
-            elapsed: Duration::ZERO,
-            result: Err(error),
+/// Queues the attempt's record, then answers: `respond` shapes a success, a failure is
+/// counted and mapped to its status.
+async fn concluded<T>(
+    registry: &Registry,
+    finished: Finished<T>,
+    respond: impl FnOnce(&HandleRef, u64, T) -> HttpResponse,
+) -> Result<HttpResponse, ApiError> {
+    traced(registry, &finished.record, finished.op).await?;
+    match finished.result {
+        Ok(success) => {
+            HandleOperationFinished {
+                op: finished.op,
+                result: "ok",
+            }
+            .emit();
+            Ok(respond(&finished.handle, finished.sequence, success))
         }
+        Err(error) => Err(counted(finished.op, ApiError::Handle(error))),
     }
 }
 
@@ -237,52 +201,36 @@ async fn traced(
 }
 
 async fn delete(
-    request: HttpRequest,
+    tenant: Tenant,
     path: web::Path<String>,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
-    let registry = state.registry.clone();
-    if registry.is_shutting_down() {
-        return Err(shutting_down());
-    }
-    let tenant = authenticate(&request, &registry)?;
+    let registry = &state.registry;
     let id = path.into_inner();
     if !is_valid_id(&id) {
         return Err(counted(
-            "delete",
+            DELETE,
             ApiError::Handle(HandleError::InvalidHandle),
         ));
     }
-    let started_at = SystemTime::now();
-    let attempt = registry.handles.delete(&tenant.id, &id, Instant::now());
-    let (Some(sequence), Some(version)) = (attempt.sequence, attempt.version) else {
-        let error = attempt
-            .outcome
-            .expect_err("a delete without a sequence resolved to nothing");
-        return Err(counted("delete", ApiError::Handle(error)));
-    };
-    let mut record = HandleOpRecord::new(&tenant.id, &id, version, sequence, "delete", started_at);
-    if let Err(error) = &attempt.outcome {
-        record.result = error.kind().to_owned();
-    }
+    let finished = attempt::delete(
+        &registry.handles,
+        &tenant.id,
+        &id,
+        SystemTime::now(),
+        &SystemClock,
+    )
+    .map_err(not_held)?;
     // If the record cannot be queued the tombstone stays: the deletion happened, and
     // the caller is told it is not traced (503) rather than answered as if it were.
-    traced(&registry, &record, "delete").await?;
-    match attempt.outcome {
-        Ok(_) => {
-            HandleOperationFinished {
-                op: "delete",
-                result: "ok",
-            }
-            .emit();
-            Ok(HttpResponse::Ok().json(json!({
-                "handle": {"id": id, "version": version},
-                "deleted": true,
-                "sequence": sequence,
-            })))
-        }
-        Err(error) => Err(counted("delete", ApiError::Handle(error))),
-    }
+    concluded(registry, finished, |handle, sequence, ()| {
+        HttpResponse::Ok().json(json!({
+            "handle": handle,
+            "deleted": true,
+            "sequence": sequence,
+        }))
+    })
+    .await
 }
 
 /// `after` (a sequence, default 0) and `limit` (1..=1000, default 100).
@@ -323,12 +271,12 @@ fn parse_trace_query(query: &str) -> Result<(u64, usize), HandleError> {
 }
 
 async fn trace(
+    tenant: Tenant,
     request: HttpRequest,
     path: web::Path<String>,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
     let registry = state.registry.clone();
-    let tenant = authenticate(&request, &registry)?;
     let id = path.into_inner();
     if !is_valid_id(&id) {
         return Err(ApiError::Handle(HandleError::InvalidHandle));

@@ -1,14 +1,17 @@
 //! The HTTP API (actix-web): `POST /v1/turns`, trace search, show and replay, handle
 //! operations (`/v1/handles/…`), `GET /healthz`, `GET /readyz`. Turns HTTP
 //! into messages and errors into status codes — the only place that does — and holds no
-//! business rules.
+//! business rules. Every tenant route takes the one [`Tenant`] extractor (shutting-down
+//! check, then authentication).
 
 mod errors;
 mod handles;
 mod routes;
+mod tenant;
 mod traces;
 
 pub use errors::ApiError;
+pub(crate) use tenant::Tenant;
 
 use crate::actors::{Coordinator, ProviderActor, Registry};
 use actix::prelude::*;

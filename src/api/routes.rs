@@ -1,7 +1,7 @@
-//! Route handlers: authentication, body limits, parsing, the per-tenant in-flight limit,
-//! and the hand-off to the worker's `Coordinator`.
+//! Route handlers: body limits, parsing, the per-tenant in-flight limit, and the
+//! hand-off to the worker's `Coordinator`.
 
-use super::{ApiError, ApiState};
+use super::{ApiError, ApiState, Tenant};
 use crate::actors::{Coordinator, RunTurn, TenantRuntime, Topology};
 use crate::contract::{TurnRequest, TurnResponse};
 use crate::telemetry::metrics::TurnEnded;
@@ -9,7 +9,6 @@ use actix::Addr;
 use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::StreamExt;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -112,41 +111,45 @@ impl Drop for InFlight {
     }
 }
 
+/// Every turn is counted, refused ones too: the tenant extractor's refusals (shutting
+/// down, unauthorized) under no tenant.
 async fn turn(
+    tenant: Result<Tenant, ApiError>,
     request: HttpRequest,
     payload: web::Payload,
     state: web::Data<ApiState>,
     coordinator: web::Data<Addr<Coordinator>>,
 ) -> Result<HttpResponse, ApiError> {
-    let mut tenant = None;
-    let result = answer_turn(&request, payload, &state, &coordinator, &mut tenant).await;
+    let (tenant, result) = match tenant {
+        Ok(tenant) => {
+            let result = answer_turn(&tenant, &request, payload, &state, &coordinator).await;
+            (Some(tenant), result)
+        }
+        Err(refused) => (None, Err(refused)),
+    };
     let outcome = match &result {
         Ok(response) if response.result.blocked => "blocked",
         Ok(_) => "answered",
         Err(error) => error.metric_outcome(),
     };
     TurnEnded {
-        tenant: tenant.as_ref().map(|t: &Arc<TenantRuntime>| t.id.as_str()),
+        tenant: tenant.as_ref().map(|t| t.id.as_str()),
         outcome,
     }
     .emit();
     result.map(|response| HttpResponse::Ok().json(response))
 }
 
-/// Answers one turn; `tenant` is set once the caller is authenticated.
+/// Answers one turn of an authenticated tenant.
 async fn answer_turn(
+    tenant: &Tenant,
     request: &HttpRequest,
     payload: web::Payload,
     state: &ApiState,
     coordinator: &Addr<Coordinator>,
-    tenant_seen: &mut Option<Arc<TenantRuntime>>,
 ) -> Result<TurnResponse, ApiError> {
     let registry = &state.registry;
-    if registry.is_shutting_down() {
-        return Err(shutting_down());
-    }
-    let tenant = authenticate(request, registry)?;
-    *tenant_seen = Some(Arc::clone(&tenant));
+    let tenant = Arc::clone(tenant.runtime());
     let body = read_body(request, payload, registry.max_body_bytes).await?;
     let turn = parse_turn(&body)?;
     let in_flight = InFlight::enter(tenant)?;
@@ -164,33 +167,10 @@ async fn answer_turn(
             actix::MailboxError::Timeout => ApiError::RuntimeUnavailable {
                 message: "the turn could not be scheduled in time".to_owned(),
             },
-            actix::MailboxError::Closed => shutting_down(),
+            actix::MailboxError::Closed => ApiError::shutting_down(),
         })??;
     drop(in_flight);
     Ok(response)
-}
-
-fn shutting_down() -> ApiError {
-    ApiError::RuntimeUnavailable {
-        message: "ctxd is shutting down".to_owned(),
-    }
-}
-
-pub(super) fn authenticate(
-    request: &HttpRequest,
-    registry: &crate::actors::Registry,
-) -> Result<Arc<TenantRuntime>, ApiError> {
-    let header = request
-        .headers()
-        .get(actix_web::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .ok_or(ApiError::Unauthorized)?;
-    let (scheme, key) = header.split_once(' ').ok_or(ApiError::Unauthorized)?;
-    if !scheme.eq_ignore_ascii_case("bearer") || key.trim().is_empty() {
-        return Err(ApiError::Unauthorized);
-    }
-    let hash: [u8; 32] = Sha256::digest(key.trim().as_bytes()).into();
-    registry.tenant_for_key(&hash).ok_or(ApiError::Unauthorized)
 }
 
 /// Reads the body, refusing it as soon as it exceeds `limit` (Content-Length first).

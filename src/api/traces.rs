@@ -2,8 +2,8 @@
 //! tenant (another tenant's turn answers 404). Reads use their own read-only
 //! connection on the blocking pool, never the writer's.
 
-use super::ApiError;
-use super::routes::{authenticate, parse_body, read_body};
+use super::routes::{parse_body, read_body};
+use super::{ApiError, Tenant};
 use crate::api::ApiState;
 use crate::contract::{LayerStatus, ProviderStatus};
 use crate::trace::query::decode_cursor;
@@ -112,10 +112,10 @@ fn store_failure(error: impl std::fmt::Display) -> ApiError {
 }
 
 async fn search(
+    tenant: Tenant,
     request: HttpRequest,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
-    let tenant = authenticate(&request, &state.registry)?;
     let query = parse_search(request.query_string(), &tenant.id)?;
     let registry = state.registry.clone();
     let page = web::block(move || {
@@ -128,11 +128,10 @@ async fn search(
 }
 
 async fn show(
-    request: HttpRequest,
+    tenant: Tenant,
     path: web::Path<String>,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
-    let tenant = authenticate(&request, &state.registry)?;
     let turn_id = path.into_inner();
     let registry = state.registry.clone();
     let tenant_id = tenant.id.clone();
@@ -160,13 +159,13 @@ struct ReplayRequest {
 }
 
 async fn replay(
+    tenant: Tenant,
     request: HttpRequest,
     path: web::Path<String>,
     payload: web::Payload,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
     let registry = state.registry.clone();
-    let tenant = authenticate(&request, &registry)?;
     let body = read_body(&request, payload, registry.max_body_bytes).await?;
     let replay_request: ReplayRequest = parse_body(&body, "replay request")?;
     let turn_id = path.into_inner();

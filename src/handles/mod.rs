@@ -18,8 +18,11 @@
 //!   material and sequence numbers.
 //!
 //! Layout: [`store`] (the in-memory store: TTL, byte cap, LRU, tombstones), [`request`]
-//! (the operation request JSON and its limits), [`ops`] (the operations), [`record`]
-//! (the per-operation trace record).
+//! (the operation request JSON and its limits), [`ops`] (the operations), [`bounds`]
+//! (the clock, the meter and the result budget they run under), [`output`] (what they
+//! answer), [`record`] (the per-operation trace record), [`attempt`] (one operation or
+//! delete from the parsed request to its answer and record — what the API's routes
+//! call).
 //!
 //! Versions: a handle's material never changes after registration, and no operation
 //! derives new material, so every handle has version 1. The version is still part of
@@ -27,14 +30,18 @@
 //! material that was replaced or removed fails structurally (`stale_handle`) instead of
 //! reading something else.
 
+pub mod attempt;
+pub mod bounds;
 pub mod ops;
 #[cfg(test)]
 mod ops_tests;
+pub mod output;
 pub mod record;
 pub mod request;
 pub mod store;
 
-pub use ops::{Clock, Execution, OpOutput, SystemClock};
+pub use bounds::{Clock, SystemClock};
+pub use output::{Execution, OpOutput};
 pub use record::{HANDLE_OPERATION_KIND, HandleOpRecord};
 pub use request::{Limits, OpRequest, Operation};
 pub use store::{Attempt, HandleStore, StaleReason};

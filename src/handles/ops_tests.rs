@@ -2,7 +2,9 @@
 //! property that no operation ever returns more than `maxResults` entries or `maxBytes`
 //! payload bytes.
 
-use super::ops::{Clock, Entry, Execution, MapValue, OpOutput, Payload, run};
+use super::bounds::Clock;
+use super::ops::run;
+use super::output::{Entry, Execution, MapValue, OpOutput, Payload};
 use super::request::{Limits, MapFunction, Operation, PartitionBy, Peek, ReduceFunction};
 use super::{HandleError, HandleMaterial, item_bytes};
 use crate::contract::Item;

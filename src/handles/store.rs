@@ -50,17 +50,25 @@ impl StaleReason {
     }
 }
 
-/// What the store answered for one operation or delete on a handle.
+/// What the store answered for one operation or delete on a handle: `T` is what the
+/// attempt gets when the handle is live and current (the material to operate on, or
+/// `()` for a deletion that happened).
 #[derive(Debug)]
-pub struct Attempt {
-    /// The handle's per-handle sequence number given to this attempt: present whenever
-    /// the id resolved to a handle or tombstone of the caller's tenant (so the attempt
-    /// is traced), absent for an unknown id.
-    pub sequence: Option<u64>,
-    /// The handle's (or tombstone's) version, when it resolved.
-    pub version: Option<u64>,
-    /// The material to operate on (an operation) or `()` (a delete that succeeded).
-    pub outcome: Result<Arc<HandleMaterial>, HandleError>,
+pub enum Attempt<T> {
+    /// Nothing of the caller's tenant: an id never registered, another tenant's handle
+    /// or tombstone, or a tombstone already forgotten. Not sequenced, so not traced;
+    /// answered `unknown_handle`.
+    Unknown,
+    /// A handle the tenant holds, live or tombstoned: the attempt is traced under the
+    /// handle's next sequence number, whatever its outcome.
+    Held {
+        /// The per-handle sequence number given to this attempt.
+        sequence: u64,
+        /// The handle's (or tombstone's) version.
+        version: u64,
+        /// What to operate on, or why the handle refuses (`stale_handle`).
+        outcome: Result<T, HandleError>,
+    },
 }
 
 struct Entry {
@@ -204,7 +212,13 @@ impl HandleStore {
     /// sequence number the operation is traced under. A use for the LRU. `version: None`
     /// (a request whose version did not parse) skips the version check: the attempt is
     /// only sequenced and traced, its request error answered.
-    pub fn begin(&self, tenant: &str, id: &str, version: Option<u64>, now: Instant) -> Attempt {
+    pub fn begin(
+        &self,
+        tenant: &str,
+        id: &str,
+        version: Option<u64>,
+        now: Instant,
+    ) -> Attempt<Arc<HandleMaterial>> {
         let mut inner = self.lock();
         self.sweep_locked(&mut inner, now);
         inner.clock += 1;
@@ -225,9 +239,9 @@ impl HandleStore {
                 }),
                 _ => Ok(Arc::clone(&entry.material)),
             };
-            return Attempt {
-                sequence: Some(sequence),
-                version: Some(entry.version),
+            return Attempt::Held {
+                sequence,
+                version: entry.version,
                 outcome,
             };
         }
@@ -236,21 +250,21 @@ impl HandleStore {
 
     /// Deletes a handle, leaving a tombstone. Deleting a tombstone is `stale_handle`
     /// (with the deleted version).
-    pub fn delete(&self, tenant: &str, id: &str, now: Instant) -> Attempt {
+    pub fn delete(&self, tenant: &str, id: &str, now: Instant) -> Attempt<()> {
         let mut inner = self.lock();
         self.sweep_locked(&mut inner, now);
         if inner.live.get(id).is_some_and(|e| e.tenant == tenant) {
-            let entry = self.bury(&mut inner, id, StaleReason::Deleted);
+            let version = self.bury(&mut inner, id, StaleReason::Deleted);
             let tombstone = inner
                 .tombstones
                 .get_mut(id)
                 .expect("a handle just buried has a tombstone");
             let sequence = tombstone.next_sequence;
             tombstone.next_sequence += 1;
-            return Attempt {
-                sequence: Some(sequence),
-                version: Some(entry.0),
-                outcome: Ok(Arc::clone(&entry.1)),
+            return Attempt::Held {
+                sequence,
+                version,
+                outcome: Ok(()),
             };
         }
         Self::gone(&mut inner, tenant, id, None)
@@ -280,14 +294,14 @@ impl HandleStore {
     }
 
     /// The answer for an id that is not live for the tenant: its tombstone, or unknown.
-    fn gone(inner: &mut Inner, tenant: &str, id: &str, requested: Option<u64>) -> Attempt {
+    fn gone<T>(inner: &mut Inner, tenant: &str, id: &str, requested: Option<u64>) -> Attempt<T> {
         match inner.tombstones.get_mut(id).filter(|t| t.tenant == tenant) {
             Some(tombstone) => {
                 let sequence = tombstone.next_sequence;
                 tombstone.next_sequence += 1;
-                Attempt {
-                    sequence: Some(sequence),
-                    version: Some(tombstone.version),
+                Attempt::Held {
+                    sequence,
+                    version: tombstone.version,
                     outcome: Err(HandleError::StaleHandle {
                         id: id.to_owned(),
                         reason: tombstone.reason,
@@ -296,11 +310,7 @@ impl HandleStore {
                     }),
                 }
             }
-            None => Attempt {
-                sequence: None,
-                version: None,
-                outcome: Err(HandleError::UnknownHandle { id: id.to_owned() }),
-            },
+            None => Attempt::Unknown,
         }
     }
 
@@ -318,8 +328,8 @@ impl HandleStore {
     }
 
     /// Removes a live handle from every index and leaves its tombstone; returns its
-    /// version and material.
-    fn bury(&self, inner: &mut Inner, id: &str, reason: StaleReason) -> (u64, Arc<HandleMaterial>) {
+    /// version.
+    fn bury(&self, inner: &mut Inner, id: &str, reason: StaleReason) -> u64 {
         let entry = inner
             .live
             .remove(id)
@@ -342,7 +352,7 @@ impl HandleStore {
                 inner.tombstones.remove(&oldest);
             }
         }
-        (entry.version, entry.material)
+        entry.version
     }
 }
 
@@ -378,18 +388,36 @@ mod tests {
         HandleMaterial::Text("x".repeat(n))
     }
 
-    fn stale(attempt: &Attempt) -> (StaleReason, u64) {
-        match &attempt.outcome {
-            Err(HandleError::StaleHandle {
-                reason, version, ..
-            }) => (*reason, *version),
+    fn stale<T: std::fmt::Debug>(attempt: &Attempt<T>) -> (StaleReason, u64) {
+        match attempt {
+            Attempt::Held {
+                outcome:
+                    Err(HandleError::StaleHandle {
+                        reason, version, ..
+                    }),
+                ..
+            } => (*reason, *version),
             other => panic!("expected stale_handle, got {other:?}"),
         }
     }
 
-    fn unknown(attempt: &Attempt) -> bool {
-        matches!(attempt.outcome, Err(HandleError::UnknownHandle { .. }))
-            && attempt.sequence.is_none()
+    fn unknown<T>(attempt: &Attempt<T>) -> bool {
+        matches!(attempt, Attempt::Unknown)
+    }
+
+    fn sequence<T>(attempt: &Attempt<T>) -> Option<u64> {
+        match attempt {
+            Attempt::Held { sequence, .. } => Some(*sequence),
+            Attempt::Unknown => None,
+        }
+    }
+
+    /// The outcome of an attempt on a handle the tenant holds.
+    fn outcome<T: std::fmt::Debug>(attempt: Attempt<T>) -> Result<T, HandleError> {
+        match attempt {
+            Attempt::Held { outcome, .. } => outcome,
+            Attempt::Unknown => panic!("expected a held handle, got nothing of the tenant's"),
+        }
     }
 
     #[test]
@@ -413,16 +441,16 @@ mod tests {
             .unwrap();
         for expected in 1..=3 {
             let attempt = store.begin("acme", &handle.id, Some(1), now);
-            assert_eq!(attempt.sequence, Some(expected));
+            assert_eq!(sequence(&attempt), Some(expected));
             assert_eq!(
-                *attempt.outcome.unwrap(),
+                *outcome(attempt).unwrap(),
                 HandleMaterial::Text("hello".into())
             );
         }
         // A wrong version is stale with the current version, and still sequenced.
         let wrong = store.begin("acme", &handle.id, Some(2), now);
         assert_eq!(stale(&wrong), (StaleReason::WrongVersion, 1));
-        assert_eq!(wrong.sequence, Some(4));
+        assert_eq!(sequence(&wrong), Some(4));
     }
 
     #[test]
@@ -434,7 +462,7 @@ mod tests {
         assert!(unknown(&store.delete("globex", &handle.id, now)));
         assert!(!store.is_known("globex", &handle.id));
         // Its tombstone is just as invisible.
-        store.delete("acme", &handle.id, now).outcome.unwrap();
+        outcome(store.delete("acme", &handle.id, now)).unwrap();
         assert!(unknown(&store.begin("globex", &handle.id, Some(1), now)));
         assert!(unknown(&store.begin("globex", &handle.id, Some(2), now)));
         assert!(store.is_known("acme", &handle.id));
@@ -446,19 +474,19 @@ mod tests {
         let now = Instant::now();
         let handle = store.register("acme", text(10), now).unwrap();
         assert_eq!(
-            store.begin("acme", &handle.id, Some(1), now).sequence,
+            sequence(&store.begin("acme", &handle.id, Some(1), now)),
             Some(1)
         );
         let deleted = store.delete("acme", &handle.id, now);
-        assert!(deleted.outcome.is_ok());
-        assert_eq!(deleted.sequence, Some(2));
+        assert_eq!(sequence(&deleted), Some(2));
+        assert!(outcome(deleted).is_ok());
         assert_eq!(store.snapshot().total_bytes, 0);
         let again = store.delete("acme", &handle.id, now);
         assert_eq!(stale(&again), (StaleReason::Deleted, 1));
-        assert_eq!(again.sequence, Some(3));
+        assert_eq!(sequence(&again), Some(3));
         let op = store.begin("acme", &handle.id, Some(1), now);
         assert_eq!(stale(&op), (StaleReason::Deleted, 1));
-        assert_eq!(op.sequence, Some(4), "the sequence survives deletion");
+        assert_eq!(sequence(&op), Some(4), "the sequence survives deletion");
         assert!(unknown(&store.begin(
             "acme",
             &format!("h_{}", "0".repeat(32)),
@@ -476,12 +504,7 @@ mod tests {
             .register("acme", text(20), t0 + Duration::from_secs(30))
             .unwrap();
         let just_before = t0 + Duration::from_secs(60) - Duration::from_millis(1);
-        assert!(
-            store
-                .begin("acme", &first.id, Some(1), just_before)
-                .outcome
-                .is_ok()
-        );
+        assert!(outcome(store.begin("acme", &first.id, Some(1), just_before)).is_ok());
         // Use does not extend the TTL.
         let at_ttl = t0 + Duration::from_secs(60);
         assert_eq!(
@@ -493,12 +516,7 @@ mod tests {
             20,
             "the expired bytes are freed"
         );
-        assert!(
-            store
-                .begin("acme", &second.id, Some(1), at_ttl)
-                .outcome
-                .is_ok()
-        );
+        assert!(outcome(store.begin("acme", &second.id, Some(1), at_ttl)).is_ok());
         assert_eq!(store.sweep(t0 + Duration::from_secs(90)), 1);
         assert_eq!(
             store.snapshot(),
@@ -521,14 +539,14 @@ mod tests {
         let a = store.register("acme", text(40), now).unwrap();
         let b = store.register("globex", text(40), now).unwrap();
         // `a` is used, so `b` is now the least recently used.
-        store.begin("acme", &a.id, Some(1), now).outcome.unwrap();
+        outcome(store.begin("acme", &a.id, Some(1), now)).unwrap();
         let c = store.register("acme", text(40), now).unwrap();
         assert_eq!(
             stale(&store.begin("globex", &b.id, Some(1), now)),
             (StaleReason::Evicted, 1)
         );
-        assert!(store.begin("acme", &a.id, Some(1), now).outcome.is_ok());
-        assert!(store.begin("acme", &c.id, Some(1), now).outcome.is_ok());
+        assert!(outcome(store.begin("acme", &a.id, Some(1), now)).is_ok());
+        assert!(outcome(store.begin("acme", &c.id, Some(1), now)).is_ok());
         assert_eq!(store.snapshot().total_bytes, 80);
         // One handle as large as the cap evicts everything else.
         let whole = store.register("acme", text(100), now).unwrap();
@@ -540,7 +558,7 @@ mod tests {
                 tombstones: 3
             }
         );
-        assert!(store.begin("acme", &whole.id, Some(1), now).outcome.is_ok());
+        assert!(outcome(store.begin("acme", &whole.id, Some(1), now)).is_ok());
         assert_eq!(
             store.register("acme", text(101), now).unwrap_err(),
             HandleError::MaterialTooLarge {
@@ -549,7 +567,7 @@ mod tests {
             }
         );
         assert!(
-            store.begin("acme", &whole.id, Some(1), now).outcome.is_ok(),
+            outcome(store.begin("acme", &whole.id, Some(1), now)).is_ok(),
             "a refused registration evicts nothing"
         );
     }
@@ -562,7 +580,7 @@ mod tests {
             .map(|_| store.register("acme", text(1), now).unwrap().id)
             .collect();
         for id in &ids {
-            store.delete("acme", id, now).outcome.unwrap();
+            outcome(store.delete("acme", id, now)).unwrap();
         }
         assert_eq!(store.snapshot().tombstones, 2);
         assert!(unknown(&store.begin("acme", &ids[0], Some(1), now)));
@@ -586,7 +604,7 @@ mod tests {
                 let id = handle.id.clone();
                 std::thread::spawn(move || {
                     (0..100)
-                        .map(|_| store.begin("acme", &id, Some(1), now).sequence.unwrap())
+                        .map(|_| sequence(&store.begin("acme", &id, Some(1), now)).unwrap())
                         .collect::<Vec<_>>()
                 })
             })

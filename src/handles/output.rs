@@ -1,0 +1,169 @@
+//! What an operation answers: its entries, each with one payload and where it comes
+//! from, the scalar results (`metadata`, `reduce`), and what it inspected. Plain data:
+//! [`super::bounds`] fills it within the limits, [`super::ops`] decides what goes in.
+
+use super::{HandleError, item_bytes};
+use crate::contract::Item;
+use serde::Serialize;
+use std::time::Duration;
+
+/// What an operation read of the material.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Inspected {
+    pub bytes: u64,
+    pub items: u64,
+}
+
+/// An operation's result, what it inspected (also when it failed) and how long it took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Execution {
+    pub result: Result<OpOutput, HandleError>,
+    pub inspected: Inspected,
+    pub elapsed: Duration,
+}
+
+/// A successful operation's result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpOutput {
+    pub entries: Vec<Entry>,
+    /// `metadata` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Metadata>,
+    /// `reduce` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<u64>,
+    /// Whether `maxResults` or `maxBytes` left something out.
+    pub truncated: bool,
+    /// Payload bytes of `entries`: never more than `maxBytes`.
+    pub bytes_returned: usize,
+}
+
+/// One entry of a result: where it comes from, and one payload.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    /// Partition chunk index (0-based).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunk: Option<usize>,
+    /// Item index (0-based): the item the entry is, or comes from, or a chunk's first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item: Option<usize>,
+    /// Line number (1-based): the line, or a line chunk's first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    /// Lines in a line chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lines: Option<usize>,
+    /// Character offset (0-based) of the text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start: Option<usize>,
+    #[serde(flatten)]
+    pub payload: Payload,
+    /// Whether this entry's payload was cut to stay within `maxBytes`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+impl Entry {
+    pub(super) fn at() -> Entry {
+        Entry {
+            chunk: None,
+            item: None,
+            line: None,
+            lines: None,
+            start: None,
+            payload: Payload::Text(String::new()),
+            truncated: false,
+        }
+    }
+
+    pub(super) fn chunk(mut self, chunk: usize) -> Entry {
+        self.chunk = Some(chunk);
+        self
+    }
+
+    pub(super) fn item(mut self, item: usize) -> Entry {
+        self.item = Some(item);
+        self
+    }
+
+    pub(super) fn line(mut self, line: usize) -> Entry {
+        self.line = Some(line);
+        self
+    }
+
+    pub(super) fn start(mut self, start: usize) -> Entry {
+        self.start = Some(start);
+        self
+    }
+
+    /// The bytes this entry counts against `maxBytes`.
+    pub fn payload_bytes(&self) -> usize {
+        self.payload.bytes()
+    }
+}
+
+/// Exactly one payload per entry, serialized as its key (`"text": …`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Payload {
+    Text(String),
+    /// A `map` output: a string, or a number for `length`.
+    Value(MapValue),
+    /// One item of an item list.
+    Record(Item),
+    /// The items of a chunk of an item list.
+    Records(Vec<Item>),
+}
+
+impl Payload {
+    pub fn bytes(&self) -> usize {
+        match self {
+            Payload::Text(text) => text.len(),
+            Payload::Value(MapValue::Text(text)) => text.len(),
+            Payload::Value(MapValue::Number(n)) => digits(*n),
+            Payload::Record(item) => item_bytes(item),
+            Payload::Records(items) => items.iter().map(item_bytes).sum(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum MapValue {
+    Text(String),
+    Number(u64),
+}
+
+/// `metadata`: kind, sizes and counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metadata {
+    /// `text` or `items`.
+    pub kind: &'static str,
+    /// As [`HandleMaterial::bytes`].
+    pub bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chars: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lines: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub items: Option<u64>,
+    /// Sum of the items' `content` bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_bytes: Option<u64>,
+}
+
+/// The scalar part of a result.
+#[derive(Default)]
+pub(super) struct Summary {
+    pub(super) metadata: Option<Metadata>,
+    pub(super) value: Option<u64>,
+}
+
+/// Decimal digits of `n`: the payload bytes of a number.
+pub(super) fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
