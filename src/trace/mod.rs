@@ -1,5 +1,8 @@
-//! Provenance: the record model, keyed digests and locators, the trace store, the
-//! trace writer and reproduction.
+//! Provenance: the record model, keyed digests and locators, search planning, the trace
+//! store, the trace writer and reproduction.
+//!
+//! Dependencies point one way: `record` and `digest` at the bottom; `query` (pure search
+//! planning) on them; `store` on those; `writer` and `replay` on the store.
 
 pub mod capture;
 pub mod digest;
