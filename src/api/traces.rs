@@ -87,21 +87,15 @@ fn parse_enum<T: for<'de> Deserialize<'de>>(field: &str, value: &str) -> Result<
         .map_err(|_| bad(field, format!("{value:?} is not a known status")))
 }
 
-/// RFC 3339 (`2026-11-30T10:00:00Z`) or milliseconds since the Unix epoch.
+/// RFC 3339 (`2026-11-30T10:00:00Z`) or milliseconds since the Unix epoch, by the
+/// trace query layer's one rule.
 pub fn parse_time(field: &str, value: &str) -> Result<i64, ApiError> {
-    if let Ok(ms) = value.parse::<i64>() {
-        return Ok(ms);
-    }
-    humantime::parse_rfc3339_weak(value)
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_millis() as i64)
-        .ok_or_else(|| {
-            bad(
-                field,
-                format!("{value:?} is neither RFC 3339 nor epoch milliseconds"),
-            )
-        })
+    crate::trace::query::parse_time(value).map_err(|_| {
+        bad(
+            field,
+            format!("{value:?} is neither RFC 3339 nor epoch milliseconds"),
+        )
+    })
 }
 
 fn store_failure(error: impl std::fmt::Display) -> ApiError {

@@ -17,15 +17,17 @@
 //! - `provider` + `providerStatus` bind the same provider record; `layer` + `status` the
 //!   same layer decision: each pair is one row's predicate.
 //!
-//! Layering: this module is pure — it plans statements and encodes cursors, and runs
-//! nothing. It knows the schema's tables and indexes but not the store:
-//! [`super::store`]'s reader runs what it plans, and nothing here imports the store
-//! back.
+//! Layering: this module is pure — it plans statements, encodes cursors and parses
+//! times, and runs nothing. It knows the schema's tables and indexes but not the
+//! store: [`super::store`]'s reader runs what it plans, and nothing here imports the
+//! store back. Callers (the API, the CLI) validate their input with the same functions
+//! the store uses.
 
 use super::record::StoredTurn;
 use crate::contract::{LayerStatus, ProviderStatus};
 use rusqlite::types::Value;
 use serde::Serialize;
+use std::time::UNIX_EPOCH;
 
 /// Largest page a search returns; larger limits are clamped (callers validate first).
 pub const MAX_LIMIT: usize = 500;
@@ -265,6 +267,33 @@ pub struct HandleOperationsPage<T> {
     pub operations: Vec<T>,
     /// The sequence to pass as `after` for the next page, when more follow.
     pub next_after: Option<u64>,
+}
+
+/// Why a time filter does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimeError {
+    #[error("too many digits for milliseconds since the epoch")]
+    TooManyDigits,
+    #[error("{0}: write RFC 3339, e.g. 2026-11-30T10:00:00Z, or milliseconds since the epoch")]
+    NotATime(String),
+    #[error("is before 1970")]
+    BeforeTheEpoch,
+}
+
+/// A time filter (`since`, `until`): milliseconds since the Unix epoch (digits, an
+/// optional leading `+`), or RFC 3339 in UTC (`T` or a space, `Z` optional, e.g.
+/// `2026-11-30T10:00:00Z`). Negative milliseconds and times before 1970 are refused:
+/// no turn started then.
+pub fn parse_time(text: &str) -> Result<i64, TimeError> {
+    let digits = text.strip_prefix('+').unwrap_or(text);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        return digits.parse::<i64>().map_err(|_| TimeError::TooManyDigits);
+    }
+    let time = humantime::parse_rfc3339_weak(text)
+        .map_err(|error| TimeError::NotATime(error.to_string()))?;
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .map_err(|_| TimeError::BeforeTheEpoch)
 }
 
 #[cfg(test)]
@@ -564,6 +593,34 @@ mod tests {
             .map(|p| (p.provider.as_str(), p.status))
             .collect();
         assert_eq!(providers, [("crm", P::Timeout), ("orders", P::Ok)]);
+    }
+
+    #[test]
+    fn times_are_epoch_milliseconds_or_rfc3339_not_before_1970() {
+        // The API's forms.
+        assert_eq!(parse_time("1764500000000"), Ok(1_764_500_000_000));
+        assert_eq!(parse_time("2026-11-30T10:00:00Z"), Ok(1_796_032_800_000));
+        assert_eq!(parse_time("+5"), Ok(5), "a sign on milliseconds");
+        // The CLI's forms.
+        assert_eq!(
+            parse_time("2025-11-30T10:53:20.123Z"),
+            Ok(1_764_500_000_123)
+        );
+        assert_eq!(parse_time("2025-11-30 10:53:20"), Ok(1_764_500_000_000));
+        assert_eq!(parse_time("0"), Ok(0));
+        assert_eq!(
+            parse_time("99999999999999999999"),
+            Err(TimeError::TooManyDigits)
+        );
+        assert!(parse_time("1969-12-31T23:59:59Z").is_err(), "before 1970");
+        for refused in ["", "+", "-5", "yesterday", "2026-13-40T00:00:00Z", " 5"] {
+            assert!(
+                matches!(parse_time(refused), Err(TimeError::NotATime(_))),
+                "{refused:?}"
+            );
+        }
+        let message = parse_time("yesterday").unwrap_err().to_string();
+        assert!(message.contains("write RFC 3339"), "{message}");
     }
 
     // ---- query plans: every search shape walks an index, never a table --------------
