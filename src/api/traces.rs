@@ -1,14 +1,15 @@
 //! Trace routes: search, one turn's provenance, and replay — all scoped to the caller's
-//! tenant (another tenant's turn answers 404). Reads use their own read-only
-//! connection on the blocking pool, never the writer's.
+//! tenant (another tenant's turn answers 404). Reads check out a read-only connection
+//! from the registry's bounded [`ReaderPool`](crate::trace::store::ReaderPool) and run
+//! on the blocking pool, never on the writer's connection; when every reader stays busy
+//! the answer is 503, as for any store failure.
 
 use super::ApiError;
 use super::routes::{authenticate, parse_body, read_body};
 use crate::api::ApiState;
 use crate::contract::{LayerStatus, ProviderStatus};
-use crate::trace::query::decode_cursor;
+use crate::trace::query::{SearchQuery, decode_cursor};
 use crate::trace::replay::{ReplayError, replay_from_store};
-use crate::trace::store::{SearchQuery, TraceReader};
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::json;
@@ -111,13 +112,16 @@ async fn search(
 ) -> Result<HttpResponse, ApiError> {
     let tenant = authenticate(&request, &state.registry)?;
     let query = parse_search(request.query_string(), &tenant.id)?;
-    let registry = state.registry.clone();
-    let page = web::block(move || {
-        TraceReader::open(&registry.store_path, None).and_then(|reader| reader.search(&query))
-    })
-    .await
-    .map_err(store_failure)?
-    .map_err(store_failure)?;
+    let mut checkout = state
+        .registry
+        .trace_readers
+        .checkout()
+        .await
+        .map_err(store_failure)?;
+    let page = web::block(move || checkout.reader()?.search(&query))
+        .await
+        .map_err(store_failure)?
+        .map_err(store_failure)?;
     Ok(HttpResponse::Ok().json(json!({"traces": page.traces, "nextCursor": page.next_cursor})))
 }
 
@@ -128,16 +132,18 @@ async fn show(
 ) -> Result<HttpResponse, ApiError> {
     let tenant = authenticate(&request, &state.registry)?;
     let turn_id = path.into_inner();
-    let registry = state.registry.clone();
     let tenant_id = tenant.id.clone();
     let id = turn_id.clone();
-    let stored = web::block(move || {
-        TraceReader::open(&registry.store_path, None)
-            .and_then(|reader| reader.turn(Some(&tenant_id), &id))
-    })
-    .await
-    .map_err(store_failure)?
-    .map_err(store_failure)?;
+    let mut checkout = state
+        .registry
+        .trace_readers
+        .checkout()
+        .await
+        .map_err(store_failure)?;
+    let stored = web::block(move || checkout.reader()?.turn(Some(&tenant_id), &id))
+        .await
+        .map_err(store_failure)?
+        .map_err(store_failure)?;
     match stored {
         Some(stored) => Ok(HttpResponse::Ok().json(stored)),
         None => Err(ApiError::NotFound {
@@ -165,11 +171,17 @@ async fn replay(
     let replay_request: ReplayRequest = parse_body(&body, "replay request")?;
     let turn_id = path.into_inner();
     let tenant_id = tenant.id.clone();
+    let mut checkout = registry
+        .trace_readers
+        .checkout()
+        .await
+        .map_err(store_failure)?;
     let result = web::block(move || {
-        let reader = TraceReader::open(&registry.store_path, Some(&registry.digest_key))
+        let reader = checkout
+            .reader()
             .map_err(|e| ReplayError::Store(e.to_string()))?;
         replay_from_store(
-            &reader,
+            reader,
             Some(&tenant_id),
             &turn_id,
             &replay_request.inputs,

@@ -3,6 +3,7 @@
 
 use crate::trace::query::InvalidCursor;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// What went wrong in the trace store. Messages name the file and the operation; they
 /// never carry record content (parse errors give only a line and column).
@@ -66,6 +67,12 @@ pub enum StoreError {
         "trace store {path}: reading retained content needs the digest key, and this reader was opened without it"
     )]
     NoRetentionKey { path: PathBuf },
+    #[error("trace store {path}: all {readers} read connections stayed busy for {waited:?}")]
+    ReadersBusy {
+        path: PathBuf,
+        readers: usize,
+        waited: Duration,
+    },
 }
 
 impl StoreError {

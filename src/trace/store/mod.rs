@@ -4,7 +4,8 @@
 //!
 //! Design goals:
 //! - One write connection ([`TraceStore`]), owned by the trace writer thread; readers
-//!   ([`TraceReader`]) open their own read-only connections. WAL lets both run at once.
+//!   ([`TraceReader`]) open their own read-only connections, and the server shares a
+//!   bounded set of them through a [`ReaderPool`]. WAL lets both run at once.
 //! - A turn is committed whole or not at all: its turn row, layer decisions, provider
 //!   records, retained content and build go in the batch's one transaction.
 //! - The file never holds a lookup value, a secret or unretained content. Records hold
@@ -31,6 +32,7 @@
 //! | `rows` | [`RowEncoder`] and the rows it encodes ([`TraceRows`], [`Queued`], …) |
 //! | `write` | [`TraceStore`]: the write connection and its batch transaction |
 //! | `read` | [`TraceReader`]: a read-only connection; runs the searches [`super::query`] plans |
+//! | `pool` | [`ReaderPool`]: a bounded set of readers, checked out per request |
 //!
 //! # Schema (version [`SCHEMA_VERSION`])
 //!
@@ -58,6 +60,7 @@
 //! the `EXPLAIN QUERY PLAN` tests in [`super::query`] pin down.
 
 mod error;
+mod pool;
 mod read;
 mod rows;
 mod schema;
@@ -67,6 +70,7 @@ mod write;
 pub use super::query::{SearchPage, SearchQuery};
 pub use super::record::StoredTurn;
 pub use error::StoreError;
+pub use pool::{ReaderCheckout, ReaderPool, ReaderPoolSettings};
 pub use read::{StoreCounts, TraceReader};
 pub use rows::{
     HandleOperationRow, LayerRow, ProviderRow, Queued, RetainedRow, RowEncoder, TraceRows, TurnRow,

@@ -35,8 +35,9 @@ pub struct StoreCounts {
     pub retained_items: u64,
 }
 
-/// A read-only connection (`SQLITE_OPEN_READ_ONLY`, `query_only`). One per thread: wrap
-/// it in a mutex or open one per worker to share it.
+/// A read-only connection (`SQLITE_OPEN_READ_ONLY`, `query_only`). Used by one thread
+/// at a time (it is `Send`, not `Sync`): the server shares a few through a
+/// [`ReaderPool`](super::ReaderPool), the CLI opens its own.
 pub struct TraceReader {
     conn: Connection,
     path: PathBuf,
