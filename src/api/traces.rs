@@ -6,10 +6,12 @@
 
 use super::ApiError;
 use super::routes::{authenticate, parse_body, read_body};
+use crate::actors::Registry;
 use crate::api::ApiState;
 use crate::contract::{LayerStatus, ProviderStatus};
 use crate::trace::query::{SearchQuery, decode_cursor};
 use crate::trace::replay::{ReplayError, replay_from_store};
+use crate::trace::store::ReaderCheckout;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::json;
@@ -106,18 +108,22 @@ fn store_failure(error: impl std::fmt::Display) -> ApiError {
     }
 }
 
+/// A reader from the registry's bounded pool; none free within the pool's wait is a 503.
+async fn check_out_reader(registry: &Registry) -> Result<ReaderCheckout, ApiError> {
+    registry
+        .trace_readers
+        .checkout()
+        .await
+        .map_err(store_failure)
+}
+
 async fn search(
     request: HttpRequest,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = authenticate(&request, &state.registry)?;
     let query = parse_search(request.query_string(), &tenant.id)?;
-    let mut checkout = state
-        .registry
-        .trace_readers
-        .checkout()
-        .await
-        .map_err(store_failure)?;
+    let mut checkout = check_out_reader(&state.registry).await?;
     let page = web::block(move || checkout.reader()?.search(&query))
         .await
         .map_err(store_failure)?
@@ -134,12 +140,7 @@ async fn show(
     let turn_id = path.into_inner();
     let tenant_id = tenant.id.clone();
     let id = turn_id.clone();
-    let mut checkout = state
-        .registry
-        .trace_readers
-        .checkout()
-        .await
-        .map_err(store_failure)?;
+    let mut checkout = check_out_reader(&state.registry).await?;
     let stored = web::block(move || checkout.reader()?.turn(Some(&tenant_id), &id))
         .await
         .map_err(store_failure)?
@@ -171,11 +172,7 @@ async fn replay(
     let replay_request: ReplayRequest = parse_body(&body, "replay request")?;
     let turn_id = path.into_inner();
     let tenant_id = tenant.id.clone();
-    let mut checkout = registry
-        .trace_readers
-        .checkout()
-        .await
-        .map_err(store_failure)?;
+    let mut checkout = check_out_reader(&registry).await?;
     let result = web::block(move || {
         let reader = checkout
             .reader()
