@@ -11,6 +11,7 @@ use crate::providers::http::HttpProvider;
 use crate::providers::sqlite::SqliteProvider;
 use crate::providers::{Implementation, Secret};
 use crate::trace::DigestKey;
+use crate::trace::store::{ReaderPool, ReaderPoolSettings};
 use crate::trace::writer::{self, TraceSender, TraceWriterHandle, WriterSettings};
 use actix::prelude::*;
 use anyhow::{Context as _, anyhow, bail};
@@ -45,6 +46,9 @@ pub struct Registry {
     pub trace_wait: Duration,
     /// The trace store, for searches and replays (read-only connections).
     pub store_path: PathBuf,
+    /// Read-only connections to the trace store, checked out per trace request; bounded,
+    /// so a burst of searches cannot open a connection each.
+    pub trace_readers: ReaderPool,
     /// Material kept behind handles, shared by every worker (`[handles]` in the config).
     pub handles: Arc<crate::handles::HandleStore>,
 }
@@ -208,6 +212,12 @@ impl Topology {
         Ok(Topology {
             registry: Arc::new(Registry {
                 tenants,
+                // Before `digest_key` moves into the registry.
+                trace_readers: ReaderPool::new(
+                    &store_path,
+                    Some(&digest_key),
+                    ReaderPoolSettings::default(),
+                ),
                 digest_key,
                 max_turn: config.limits.max_turn,
                 max_body_bytes: config.server.max_body_bytes,

@@ -30,7 +30,6 @@ use crate::handles::{
     is_valid_id,
 };
 use crate::trace::query::{DEFAULT_HANDLE_OPERATIONS, MAX_HANDLE_OPERATIONS};
-use crate::trace::store::TraceReader;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Serialize;
 use serde_json::json;
@@ -284,10 +283,15 @@ async fn trace(
     let (after, limit) = parse_trace_query(request.query_string()).map_err(ApiError::Handle)?;
     let tenant_id = tenant.id.clone();
     let handle = id.clone();
-    let reader_registry = registry.clone();
+    let mut checkout = registry
+        .trace_readers
+        .checkout()
+        .await
+        .map_err(store_failure)?;
     let page = web::block(move || {
-        TraceReader::open(&reader_registry.store_path, None)
-            .and_then(|reader| reader.handle_operations(&tenant_id, &handle, after, limit))
+        checkout
+            .reader()?
+            .handle_operations(&tenant_id, &handle, after, limit)
     })
     .await
     .map_err(store_failure)?

@@ -1,13 +1,16 @@
 //! Trace routes: search, one turn's provenance, and replay — all scoped to the caller's
-//! tenant (another tenant's turn answers 404). Reads use their own read-only
-//! connection on the blocking pool, never the writer's.
+//! tenant (another tenant's turn answers 404). Reads check out a read-only connection
+//! from the registry's bounded [`ReaderPool`](crate::trace::store::ReaderPool) and run
+//! on the blocking pool, never on the writer's connection; when every reader stays busy
+//! the answer is 503, as for any store failure.
 
 use super::routes::{parse_body, read_body};
 use super::{ApiError, Tenant};
+use crate::actors::Registry;
 use crate::api::ApiState;
 use crate::contract::{LayerStatus, ProviderStatus};
-use crate::trace::query::decode_cursor;
-use crate::trace::store::{SearchQuery, TraceReader};
+use crate::trace::query::{SearchQuery, decode_cursor};
+use crate::trace::store::ReaderCheckout;
 use crate::turn::replay::{ReplayError, replay_from_store};
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
@@ -87,21 +90,15 @@ fn parse_enum<T: for<'de> Deserialize<'de>>(field: &str, value: &str) -> Result<
         .map_err(|_| bad(field, format!("{value:?} is not a known status")))
 }
 
-/// RFC 3339 (`2026-11-30T10:00:00Z`) or milliseconds since the Unix epoch.
+/// RFC 3339 (`2026-11-30T10:00:00Z`) or milliseconds since the Unix epoch, by the
+/// trace query layer's one rule.
 pub fn parse_time(field: &str, value: &str) -> Result<i64, ApiError> {
-    if let Ok(ms) = value.parse::<i64>() {
-        return Ok(ms);
-    }
-    humantime::parse_rfc3339_weak(value)
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_millis() as i64)
-        .ok_or_else(|| {
-            bad(
-                field,
-                format!("{value:?} is neither RFC 3339 nor epoch milliseconds"),
-            )
-        })
+    crate::trace::query::parse_time(value).map_err(|_| {
+        bad(
+            field,
+            format!("{value:?} is neither RFC 3339 nor epoch milliseconds"),
+        )
+    })
 }
 
 fn store_failure(error: impl std::fmt::Display) -> ApiError {
@@ -111,19 +108,26 @@ fn store_failure(error: impl std::fmt::Display) -> ApiError {
     }
 }
 
+/// A reader from the registry's bounded pool; none free within the pool's wait is a 503.
+async fn check_out_reader(registry: &Registry) -> Result<ReaderCheckout, ApiError> {
+    registry
+        .trace_readers
+        .checkout()
+        .await
+        .map_err(store_failure)
+}
+
 async fn search(
     tenant: Tenant,
     request: HttpRequest,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
     let query = parse_search(request.query_string(), &tenant.id)?;
-    let registry = state.registry.clone();
-    let page = web::block(move || {
-        TraceReader::open(&registry.store_path, None).and_then(|reader| reader.search(&query))
-    })
-    .await
-    .map_err(store_failure)?
-    .map_err(store_failure)?;
+    let mut checkout = check_out_reader(&state.registry).await?;
+    let page = web::block(move || checkout.reader()?.search(&query))
+        .await
+        .map_err(store_failure)?
+        .map_err(store_failure)?;
     Ok(HttpResponse::Ok().json(json!({"traces": page.traces, "nextCursor": page.next_cursor})))
 }
 
@@ -133,16 +137,13 @@ async fn show(
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
     let turn_id = path.into_inner();
-    let registry = state.registry.clone();
     let tenant_id = tenant.id.clone();
     let id = turn_id.clone();
-    let stored = web::block(move || {
-        TraceReader::open(&registry.store_path, None)
-            .and_then(|reader| reader.turn(Some(&tenant_id), &id))
-    })
-    .await
-    .map_err(store_failure)?
-    .map_err(store_failure)?;
+    let mut checkout = check_out_reader(&state.registry).await?;
+    let stored = web::block(move || checkout.reader()?.turn(Some(&tenant_id), &id))
+        .await
+        .map_err(store_failure)?
+        .map_err(store_failure)?;
     match stored {
         Some(stored) => Ok(HttpResponse::Ok().json(stored)),
         None => Err(ApiError::NotFound {
@@ -170,11 +171,13 @@ async fn replay(
     let replay_request: ReplayRequest = parse_body(&body, "replay request")?;
     let turn_id = path.into_inner();
     let tenant_id = tenant.id.clone();
+    let mut checkout = check_out_reader(&registry).await?;
     let result = web::block(move || {
-        let reader = TraceReader::open(&registry.store_path, Some(&registry.digest_key))
+        let reader = checkout
+            .reader()
             .map_err(|e| ReplayError::Store(e.to_string()))?;
         replay_from_store(
-            &reader,
+            reader,
             Some(&tenant_id),
             &turn_id,
             &replay_request.inputs,

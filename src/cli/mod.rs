@@ -3,6 +3,7 @@
 
 mod build;
 mod doctor;
+mod output;
 mod preview;
 mod provider_check;
 mod replay;

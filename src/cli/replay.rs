@@ -3,6 +3,7 @@
 //! written. Exit 0 when the replay is exact and renders the recorded digest, 1 when it
 //! is not, 2 on errors.
 
+use super::output::yes_no;
 use crate::config::{EnvVars, ServerConfig, TraceStore};
 use crate::trace::DigestKey;
 use crate::trace::digest::GENERATED_KEY_FILE;
@@ -119,10 +120,6 @@ fn strip_scheme(store: &Path) -> PathBuf {
         Some(rest) => PathBuf::from(rest),
         None => store.to_owned(),
     }
-}
-
-fn yes_no(value: bool) -> &'static str {
-    if value { "yes" } else { "no" }
 }
 
 fn human(result: &ReplayResult) -> String {

@@ -3,18 +3,18 @@
 //! `[trace] store` of the server config, or `--store PATH`. No digest key is needed:
 //! records hold digests, and retained content is never shown.
 
+use super::output::{columns, serde_name, yes_no};
 use crate::config::{ServerConfig, TraceStore as StoreLocation};
 use crate::contract::{LayerStatus, ProviderStatus};
-use crate::trace::query::{DEFAULT_LIMIT, MAX_LIMIT, SearchPage, SearchQuery};
-use crate::trace::record::{ProviderRecord, TurnRecord};
-use crate::trace::store::{StoreError, StoredTurn, TraceReader};
+use crate::trace::query::{DEFAULT_LIMIT, MAX_LIMIT, SearchPage, SearchQuery, parse_time};
+use crate::trace::record::{ProviderRecord, StoredTurn, TurnRecord};
+use crate::trace::store::{StoreError, TraceReader};
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
-use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 /// The config read when neither `--config` nor `--store` is given, as for `serve`.
 const DEFAULT_CONFIG: &str = "config/ctxd.toml";
@@ -234,63 +234,6 @@ fn parse_layer_status(text: &str) -> Result<LayerStatus, String> {
         })
 }
 
-/// RFC 3339 (UTC; `T` or a space, `Z` optional) or milliseconds since the epoch.
-fn parse_time(text: &str) -> Result<i64, String> {
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-        return text
-            .parse::<i64>()
-            .map_err(|_| "too many digits for milliseconds since the epoch".to_owned());
-    }
-    let time = humantime::parse_rfc3339_weak(text).map_err(|error| {
-        format!(
-            "{error}: write RFC 3339, e.g. 2026-11-30T10:00:00Z, or milliseconds since the epoch"
-        )
-    })?;
-    time.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .map_err(|_| "is before 1970".to_owned())
-}
-
-/// Rows as columns two spaces apart, each line trimmed.
-fn columns(rows: &[Vec<String>], indent: &str) -> String {
-    let mut widths: Vec<usize> = Vec::new();
-    for row in rows {
-        for (i, cell) in row.iter().enumerate() {
-            let width = cell.chars().count();
-            match widths.get_mut(i) {
-                Some(w) => *w = (*w).max(width),
-                None => widths.push(width),
-            }
-        }
-    }
-    let mut out = String::new();
-    for row in rows {
-        let mut line = String::from(indent);
-        for (i, cell) in row.iter().enumerate() {
-            line.push_str(cell);
-            if i + 1 < row.len() {
-                let pad = widths[i] - cell.chars().count() + 2;
-                line.extend(std::iter::repeat_n(' ', pad));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
-fn yes_no(value: bool) -> &'static str {
-    if value { "yes" } else { "no" }
-}
-
-/// The serde name of a unit enum variant (`PROVIDER_ITEMS`, `response`).
-fn name<T: Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(name)) => name,
-        _ => "?".to_owned(),
-    }
-}
-
 fn search_table(page: &SearchPage) -> String {
     if page.traces.is_empty() {
         return "no traces match\n".to_owned();
@@ -417,7 +360,7 @@ fn turn_section(turn: &TurnRecord) -> String {
             rows.push(vec![
                 layer.id.clone(),
                 layer.status.as_str().to_owned(),
-                name(&layer.reason),
+                serde_name(&layer.reason),
                 yes_no(layer.required).to_owned(),
                 dash_join(&layer.providers),
                 dash_join(&layer.missing_inputs),
@@ -474,7 +417,7 @@ fn turn_section(turn: &TurnRecord) -> String {
                 cut.layer.clone(),
                 optional(&cut.provider),
                 optional(&cut.locator),
-                name(&cut.action),
+                serde_name(&cut.action),
                 cut.bytes_before.to_string(),
                 cut.bytes_after.to_string(),
             ]);
@@ -522,7 +465,7 @@ fn provider_section(record: &ProviderRecord) -> String {
     if let Some(version) = &record.version {
         let source = record
             .version_source
-            .map(|s| format!(" (from {})", name(&s)))
+            .map(|s| format!(" (from {})", serde_name(&s)))
             .unwrap_or_default();
         facts.push(("version", format!("{version}{source}")));
     }

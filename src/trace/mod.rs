@@ -1,6 +1,9 @@
-//! Provenance storage: the record model, keyed digests and locators, the trace store and
-//! the trace writer. What a turn records is built by `turn::capture`; replays are
-//! `turn::replay`.
+//! Provenance storage: the record model, keyed digests and locators, search planning,
+//! the trace store and the trace writer. What a turn records is built by
+//! `turn::capture`; replays are `turn::replay`.
+//!
+//! Dependencies point one way: `record` and `digest` at the bottom; `query` (pure search
+//! planning) on them; `store` on those; `writer` on the store.
 
 pub mod digest;
 pub mod query;

@@ -16,13 +16,18 @@
 //!   two pages never shift or repeat results.
 //! - `provider` + `providerStatus` bind the same provider record; `layer` + `status` the
 //!   same layer decision: each pair is one row's predicate.
+//!
+//! Layering: this module is pure — it plans statements, encodes cursors and parses
+//! times, and runs nothing. It knows the schema's tables and indexes but not the
+//! store: [`super::store`]'s reader runs what it plans, and nothing here imports the
+//! store back. Callers (the API, the CLI) validate their input with the same functions
+//! the store uses.
 
-use super::store::{StoreError, StoredTurn};
+use super::record::StoredTurn;
 use crate::contract::{LayerStatus, ProviderStatus};
-use rusqlite::Connection;
 use rusqlite::types::Value;
 use serde::Serialize;
-use std::path::Path;
+use std::time::UNIX_EPOCH;
 
 /// Largest page a search returns; larger limits are clamped (callers validate first).
 pub const MAX_LIMIT: usize = 500;
@@ -30,7 +35,7 @@ pub const MAX_LIMIT: usize = 500;
 pub const DEFAULT_LIMIT: usize = 20;
 
 /// Every tenant with turns, by walking `turns (tenant, …)` one distinct value at a time.
-const TENANTS: &str = "WITH RECURSIVE tenants (name) AS (
+pub(crate) const TENANTS: &str = "WITH RECURSIVE tenants (name) AS (
         SELECT MIN(tenant) FROM turns
         UNION ALL
         SELECT (SELECT MIN(tenant) FROM turns WHERE tenant > tenants.name)
@@ -73,16 +78,21 @@ pub fn encode_cursor(seq: i64) -> String {
     format!("{seq:016x}")
 }
 
+/// A cursor no search issued: not 16 hex digits, or no `seq` a turn can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("not a cursor a trace search issued")]
+pub struct InvalidCursor;
+
 /// The `seq` a cursor stands for.
-pub fn decode_cursor(cursor: &str) -> Result<i64, StoreError> {
+pub fn decode_cursor(cursor: &str) -> Result<i64, InvalidCursor> {
     if cursor.len() != 16 || !cursor.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(StoreError::InvalidCursor);
+        return Err(InvalidCursor);
     }
     u64::from_str_radix(cursor, 16)
         .ok()
         .and_then(|seq| i64::try_from(seq).ok())
         .filter(|seq| *seq > 0)
-        .ok_or(StoreError::InvalidCursor)
+        .ok_or(InvalidCursor)
 }
 
 /// One SQL statement whose rows are matching `seq`s, newest first, at most `take`.
@@ -239,67 +249,6 @@ pub(crate) fn streams(query: &SearchQuery, tenant: &str, before: i64, take: usiz
     }
 }
 
-/// Tenants with at least one turn, in name order.
-pub(crate) fn tenants(conn: &Connection, path: &Path) -> Result<Vec<String>, StoreError> {
-    let error = |source| StoreError::Sqlite {
-        path: path.to_path_buf(),
-        action: "list tenants",
-        source,
-    };
-    let mut statement = conn.prepare_cached(TENANTS).map_err(error)?;
-    let names = statement
-        .query_map([], |row| row.get(0))
-        .and_then(|rows| rows.collect::<Result<Vec<String>, _>>())
-        .map_err(error)?;
-    Ok(names)
-}
-
-/// The seqs of one page, newest first, and the cursor of the next page.
-pub(crate) fn matching_seqs(
-    conn: &Connection,
-    path: &Path,
-    query: &SearchQuery,
-) -> Result<(Vec<i64>, Option<String>), StoreError> {
-    let limit = query.limit.clamp(1, MAX_LIMIT);
-    let before = match &query.cursor {
-        Some(cursor) => decode_cursor(cursor)?,
-        None => i64::MAX,
-    };
-    let tenants = match &query.tenant {
-        Some(tenant) => vec![tenant.clone()],
-        None => tenants(conn, path)?,
-    };
-    let error = |source| StoreError::Sqlite {
-        path: path.to_path_buf(),
-        action: "search traces",
-        source,
-    };
-    // One more than the page: whether it exists decides `next_cursor`.
-    let take = limit + 1;
-    let mut seqs = Vec::new();
-    for tenant in &tenants {
-        for stream in streams(query, tenant, before, take) {
-            let mut statement = conn.prepare_cached(&stream.sql).map_err(error)?;
-            let rows = statement
-                .query_map(rusqlite::params_from_iter(&stream.params), |row| {
-                    row.get::<_, i64>(0)
-                })
-                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-                .map_err(error)?;
-            seqs.extend(rows);
-        }
-    }
-    seqs.sort_unstable_by(|a, b| b.cmp(a));
-    seqs.dedup();
-    let next_cursor = if seqs.len() > limit {
-        seqs.truncate(limit);
-        seqs.last().copied().map(encode_cursor)
-    } else {
-        None
-    };
-    Ok((seqs, next_cursor))
-}
-
 /// Most handle operation records a page lists; larger limits are clamped (callers
 /// validate first).
 pub const MAX_HANDLE_OPERATIONS: usize = 1000;
@@ -308,7 +257,7 @@ pub const DEFAULT_HANDLE_OPERATIONS: usize = 100;
 
 /// One handle's operations after a sequence number, in sequence order: a range scan of
 /// the primary key `(tenant, handle_id, sequence)`.
-const HANDLE_OPERATIONS: &str = "SELECT sequence, record FROM handle_operations
+pub(crate) const HANDLE_OPERATIONS: &str = "SELECT sequence, record FROM handle_operations
     WHERE tenant = ?1 AND handle_id = ?2 AND sequence > ?3
     ORDER BY sequence LIMIT ?4";
 
@@ -320,42 +269,31 @@ pub struct HandleOperationsPage<T> {
     pub next_after: Option<u64>,
 }
 
-/// The operation records of `handle` for `tenant` with a sequence above `after`, at most
-/// `limit` (clamped to 1..=[`MAX_HANDLE_OPERATIONS`]). Another tenant's handle has none.
-pub(crate) fn handle_operations(
-    conn: &Connection,
-    path: &Path,
-    tenant: &str,
-    handle: &str,
-    after: u64,
-    limit: usize,
-) -> Result<HandleOperationsPage<String>, StoreError> {
-    let limit = limit.clamp(1, MAX_HANDLE_OPERATIONS);
-    let error = |source| StoreError::Sqlite {
-        path: path.to_path_buf(),
-        action: "list handle operations",
-        source,
-    };
-    let after = i64::try_from(after).unwrap_or(i64::MAX);
-    let mut statement = conn.prepare_cached(HANDLE_OPERATIONS).map_err(error)?;
-    // One more than the page: whether it exists decides `next_after`.
-    let mut rows = statement
-        .query_map(
-            rusqlite::params![tenant, handle, after, (limit + 1) as i64],
-            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
-        )
-        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-        .map_err(error)?;
-    let next_after = if rows.len() > limit {
-        rows.truncate(limit);
-        rows.last().map(|(sequence, _)| *sequence as u64)
-    } else {
-        None
-    };
-    Ok(HandleOperationsPage {
-        operations: rows.into_iter().map(|(_, record)| record).collect(),
-        next_after,
-    })
+/// Why a time filter does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimeError {
+    #[error("too many digits for milliseconds since the epoch")]
+    TooManyDigits,
+    #[error("{0}: write RFC 3339, e.g. 2026-11-30T10:00:00Z, or milliseconds since the epoch")]
+    NotATime(String),
+    #[error("is before 1970")]
+    BeforeTheEpoch,
+}
+
+/// A time filter (`since`, `until`): milliseconds since the Unix epoch (digits, an
+/// optional leading `+`), or RFC 3339 in UTC (`T` or a space, `Z` optional, e.g.
+/// `2026-11-30T10:00:00Z`). Negative milliseconds and times before 1970 are refused:
+/// no turn started then.
+pub fn parse_time(text: &str) -> Result<i64, TimeError> {
+    let digits = text.strip_prefix('+').unwrap_or(text);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        return digits.parse::<i64>().map_err(|_| TimeError::TooManyDigits);
+    }
+    let time = humantime::parse_rfc3339_weak(text)
+        .map_err(|error| TimeError::NotATime(error.to_string()))?;
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .map_err(|_| TimeError::BeforeTheEpoch)
 }
 
 #[cfg(test)]
@@ -363,8 +301,9 @@ mod tests {
     use super::*;
     use crate::trace::record::TurnTrace;
     use crate::trace::store::testing::{key, simple};
-    use crate::trace::store::{TraceReader, TraceStore};
+    use crate::trace::store::{StoreError, TraceReader, TraceStore};
     use proptest::prelude::*;
+    use rusqlite::Connection;
     use std::path::PathBuf;
 
     use LayerStatus as L;
@@ -654,6 +593,34 @@ mod tests {
             .map(|p| (p.provider.as_str(), p.status))
             .collect();
         assert_eq!(providers, [("crm", P::Timeout), ("orders", P::Ok)]);
+    }
+
+    #[test]
+    fn times_are_epoch_milliseconds_or_rfc3339_not_before_1970() {
+        // The API's forms.
+        assert_eq!(parse_time("1764500000000"), Ok(1_764_500_000_000));
+        assert_eq!(parse_time("2026-11-30T10:00:00Z"), Ok(1_796_032_800_000));
+        assert_eq!(parse_time("+5"), Ok(5), "a sign on milliseconds");
+        // The CLI's forms.
+        assert_eq!(
+            parse_time("2025-11-30T10:53:20.123Z"),
+            Ok(1_764_500_000_123)
+        );
+        assert_eq!(parse_time("2025-11-30 10:53:20"), Ok(1_764_500_000_000));
+        assert_eq!(parse_time("0"), Ok(0));
+        assert_eq!(
+            parse_time("99999999999999999999"),
+            Err(TimeError::TooManyDigits)
+        );
+        assert!(parse_time("1969-12-31T23:59:59Z").is_err(), "before 1970");
+        for refused in ["", "+", "-5", "yesterday", "2026-13-40T00:00:00Z", " 5"] {
+            assert!(
+                matches!(parse_time(refused), Err(TimeError::NotATime(_))),
+                "{refused:?}"
+            );
+        }
+        let message = parse_time("yesterday").unwrap_err().to_string();
+        assert!(message.contains("write RFC 3339"), "{message}");
     }
 
     // ---- query plans: every search shape walks an index, never a table --------------

@@ -157,6 +157,14 @@ pub struct TurnTrace {
     pub build: Option<(String, String)>,
 }
 
+/// A turn as the trace store gives it back: the turn record and all its provider
+/// records (retained content stays sealed until a replay asks for it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredTurn {
+    pub turn: TurnRecord,
+    pub providers: Vec<ProviderRecord>,
+}
+
 /// SHA-256 over the ordered item fingerprints of one invocation.
 pub fn material_digest(fingerprints: &[&str]) -> String {
     crate::digest::sha256_tagged(fingerprints.join("\n").as_bytes())

@@ -29,9 +29,13 @@
 //!   closes the queue to new traces (`enqueue` then answers [`Backpressure::Stopped`]),
 //!   drains everything already queued, commits it, and joins the thread. If the store
 //!   still fails after [`SHUTDOWN_ATTEMPTS`] tries per batch, it returns
-//!   [`StoreError::NotWritten`] with the number of traces lost, and logs it. Dropping the
+//!   [`WriterError::NotWritten`] with the number of traces lost, and logs it. Dropping the
 //!   handle without `shutdown` does the same drain in the background without waiting;
 //!   a killed process keeps every committed batch (WAL), and loses the queue.
+//! - **Errors.** [`WriterError`] is what the writer tells its owner (`serve`'s ordered
+//!   start and shutdown) and flushing callers: the store could not be opened, the
+//!   thread could not start, a batch keeps failing, traces were lost at shutdown. A
+//!   single commit's [`StoreError`] stays inside the thread, where it is retried.
 
 use super::DigestKey;
 use super::record::TurnTrace;
@@ -45,6 +49,35 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// What the trace writer reports to its owner and to flushing callers. Messages name
+/// the store and counts, never record content.
+#[derive(Debug, thiserror::Error)]
+pub enum WriterError {
+    /// Opening (or migrating) the store at start failed.
+    #[error(transparent)]
+    Open(#[from] StoreError),
+    #[error("cannot start the trace writer thread: {0}")]
+    Spawn(std::io::Error),
+    #[error(
+        "trace store {path}: {attempts} commit attempts in a row failed (last: {last_error}); the writer keeps the batch and retries"
+    )]
+    WriteFailing {
+        path: PathBuf,
+        attempts: u32,
+        last_error: String,
+    },
+    #[error(
+        "trace store {path}: {traces} traces could not be written before the writer stopped (last error: {last_error})"
+    )]
+    NotWritten {
+        path: PathBuf,
+        traces: usize,
+        last_error: String,
+    },
+    #[error("the trace writer has stopped")]
+    Stopped,
+}
 
 /// Name of the writer thread.
 pub const THREAD_NAME: &str = "ctxd-trace-writer";
@@ -164,7 +197,7 @@ pub fn spawn(
     path: &Path,
     key: &DigestKey,
     settings: WriterSettings,
-) -> Result<(TraceSender, TraceWriterHandle), StoreError> {
+) -> Result<(TraceSender, TraceWriterHandle), WriterError> {
     let store = TraceStore::open(path, key)?;
     let settings = WriterSettings {
         queue_capacity: settings.queue_capacity.max(1),
@@ -187,7 +220,7 @@ pub fn spawn(
     let thread = std::thread::Builder::new()
         .name(THREAD_NAME.to_owned())
         .spawn(move || writer.run(&queue_rx, &control_rx))
-        .map_err(StoreError::Spawn)?;
+        .map_err(WriterError::Spawn)?;
     Ok((
         TraceSender {
             queue_tx,
@@ -293,7 +326,7 @@ impl TraceSender {
 
 enum Control {
     /// Commit everything queued when the writer reads this, then answer.
-    Flush(Sender<Result<(), StoreError>>),
+    Flush(Sender<Result<(), WriterError>>),
     /// Drain, commit and stop.
     Shutdown,
 }
@@ -301,7 +334,7 @@ enum Control {
 /// Controls the writer thread: flush, stats, and the final shutdown.
 pub struct TraceWriterHandle {
     control_tx: Sender<Control>,
-    thread: JoinHandle<Result<WriterStats, StoreError>>,
+    thread: JoinHandle<Result<WriterStats, WriterError>>,
     shared: Arc<Shared>,
 }
 
@@ -317,21 +350,21 @@ impl TraceWriterHandle {
     /// Blocks until everything enqueued before the call is committed. Errors when the
     /// store keeps failing (the writer keeps the batch and retries) or the writer has
     /// stopped.
-    pub fn flush(&self) -> Result<(), StoreError> {
+    pub fn flush(&self) -> Result<(), WriterError> {
         let (reply_tx, reply_rx) = bounded(1);
         self.control_tx
             .send(Control::Flush(reply_tx))
-            .map_err(|_| StoreError::WriterStopped)?;
-        reply_rx.recv().map_err(|_| StoreError::WriterStopped)?
+            .map_err(|_| WriterError::Stopped)?;
+        reply_rx.recv().map_err(|_| WriterError::Stopped)?
     }
 
     /// Drains the queue, commits, stops the thread and joins it. Call last in the
     /// ordered shutdown.
-    pub fn shutdown(self) -> Result<WriterStats, StoreError> {
+    pub fn shutdown(self) -> Result<WriterStats, WriterError> {
         let _ = self.control_tx.send(Control::Shutdown);
         self.thread.join().unwrap_or_else(|_| {
             tracing::error!("the trace writer thread panicked");
-            Err(StoreError::WriterStopped)
+            Err(WriterError::Stopped)
         })
     }
 
@@ -365,7 +398,7 @@ impl Writer {
         mut self,
         queue_rx: &Receiver<Queued>,
         control_rx: &Receiver<Control>,
-    ) -> Result<WriterStats, StoreError> {
+    ) -> Result<WriterStats, WriterError> {
         let never = crossbeam_channel::never();
         let mut queue_open = true;
         loop {
@@ -404,7 +437,7 @@ impl Writer {
                             if self.batch.len() >= self.settings.batch_size
                                 && let Step::Stop = self.commit(Vec::new(), control_rx)
                             {
-                                let _ = reply.send(Err(StoreError::WriterStopped));
+                                let _ = reply.send(Err(WriterError::Stopped));
                                 return self.finish(queue_rx);
                             }
                         }
@@ -440,7 +473,7 @@ impl Writer {
     /// has failed [`FLUSH_GIVE_UP_ATTEMPTS`] times.
     fn commit(
         &mut self,
-        mut waiters: Vec<Sender<Result<(), StoreError>>>,
+        mut waiters: Vec<Sender<Result<(), WriterError>>>,
         control_rx: &Receiver<Control>,
     ) -> Step {
         self.batch_deadline = None;
@@ -478,7 +511,7 @@ impl Writer {
                         error = %error,
                         "trace batch commit failed; the batch is kept and retried"
                     );
-                    let failing = || StoreError::WriteFailing {
+                    let failing = || WriterError::WriteFailing {
                         path: self.path.clone(),
                         attempts,
                         last_error: error.to_string(),
@@ -504,7 +537,7 @@ impl Writer {
 
     /// The final drain: refuse new traces, wait out in-flight `enqueue`s, commit
     /// everything queued in batches, each tried [`SHUTDOWN_ATTEMPTS`] times.
-    fn finish(mut self, queue_rx: &Receiver<Queued>) -> Result<WriterStats, StoreError> {
+    fn finish(mut self, queue_rx: &Receiver<Queued>) -> Result<WriterStats, WriterError> {
         self.shared.closed.store(true, Ordering::SeqCst);
         while self.shared.sending.load(Ordering::SeqCst) != 0 {
             std::thread::yield_now();
@@ -535,7 +568,7 @@ impl Writer {
                                 error = %error,
                                 "trace writer stopped with traces not written"
                             );
-                            return Err(StoreError::NotWritten {
+                            return Err(WriterError::NotWritten {
                                 path: self.path.clone(),
                                 traces: lost,
                                 last_error: error.to_string(),
@@ -572,8 +605,8 @@ impl Writer {
 }
 
 fn answer(
-    waiters: Vec<Sender<Result<(), StoreError>>>,
-    result: impl Fn() -> Result<(), StoreError>,
+    waiters: Vec<Sender<Result<(), WriterError>>>,
+    result: impl Fn() -> Result<(), WriterError>,
 ) {
     for waiter in waiters {
         let _ = waiter.send(result());
@@ -809,7 +842,7 @@ mod tests {
             "{refused:?}"
         );
         let error = handle.flush().unwrap_err();
-        assert!(matches!(error, StoreError::WriteFailing { .. }), "{error}");
+        assert!(matches!(error, WriterError::WriteFailing { .. }), "{error}");
         let message = error.to_string();
         assert!(
             message.contains("traces.db") && message.contains("disk broken"),
@@ -836,7 +869,7 @@ mod tests {
         enqueue_ok(&sender, 0..3);
         eventually("a failed commit", || handle.stats().write_errors >= 1);
         match handle.shutdown() {
-            Err(StoreError::NotWritten { traces, .. }) => assert_eq!(traces, 3),
+            Err(WriterError::NotWritten { traces, .. }) => assert_eq!(traces, 3),
             other => panic!("{other:?}"),
         }
     }
@@ -925,7 +958,10 @@ mod tests {
         let file = dir.path().join("file");
         std::fs::write(&file, "x").unwrap();
         let error = spawn(&file.join("traces.db"), &key(), WriterSettings::default()).unwrap_err();
-        assert!(matches!(error, StoreError::CreateDir { .. }), "{error}");
+        assert!(
+            matches!(error, WriterError::Open(StoreError::CreateDir { .. })),
+            "{error}"
+        );
         assert!(error.to_string().contains("file"), "{error}");
     }
 

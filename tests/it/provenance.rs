@@ -279,6 +279,54 @@ async fn search_is_exact_paginated_and_tenant_scoped() {
     assert_eq!(anonymous.status(), 401);
 }
 
+/// Trace reads share a bounded pool of read connections: a burst of concurrent searches
+/// and lookups, several times the pool's size, is answered in full and correctly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_trace_reads_all_succeed() {
+    let world = world("").await;
+    let mut acme_turns = Vec::new();
+    for _ in 0..3 {
+        let (status, body) = turn(&world.ctxd, KEY, request("acme", "default")).await;
+        assert_eq!(status, 200, "{body:#}");
+        acme_turns.push(body["turnId"].as_str().unwrap().to_owned());
+    }
+    search_until(&world.ctxd, KEY, "", 3).await;
+    acme_turns.sort();
+
+    let http = client();
+    let mut reads = tokio::task::JoinSet::new();
+    for i in 0..48 {
+        let path = match i % 3 {
+            0 => "/v1/traces?provider=slow&providerStatus=TIMEOUT".to_owned(),
+            1 => "/v1/traces?limit=2".to_owned(),
+            _ => format!("/v1/traces/{}", acme_turns[i % acme_turns.len()]),
+        };
+        let request = http.get(world.ctxd.url(&path)).bearer_auth(KEY);
+        reads.spawn(async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (path, status, response.json::<Value>().await.unwrap())
+        });
+    }
+    let mut answered = 0;
+    while let Some(read) = reads.join_next().await {
+        let (path, status, body) = read.unwrap();
+        assert_eq!(status, 200, "{path}: {body:#}");
+        if path.contains("TIMEOUT") {
+            let mut found = turn_ids(&body);
+            found.sort();
+            assert_eq!(found, acme_turns, "{path}");
+        } else if path.contains("limit=2") {
+            assert_eq!(turn_ids(&body).len(), 2, "{path}");
+            assert!(body["nextCursor"].is_string(), "{path}");
+        } else {
+            assert_eq!(body["turn"]["tenant"], "acme", "{path}");
+        }
+        answered += 1;
+    }
+    assert_eq!(answered, 48);
+}
+
 async fn replay(ctxd: &Ctxd, key: &str, turn_id: &str, inputs: Value) -> (u16, Value) {
     let response = client()
         .post(ctxd.url(&format!("/v1/turns/{turn_id}/replay")))

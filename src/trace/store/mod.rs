@@ -1,0 +1,84 @@
+//! The SQLite trace store: schema and migrations, the write path the
+//! [`TraceWriter`](super::writer) owns, and the read-only readers behind
+//! `GET /v1/traces`, the handle trace route, replays and `ctxd traces`.
+//!
+//! Design goals:
+//! - One write connection ([`TraceStore`]), owned by the trace writer thread; readers
+//!   ([`TraceReader`]) open their own read-only connections, and the server shares a
+//!   bounded set of them through a [`ReaderPool`]. WAL lets both run at once.
+//! - A turn is committed whole or not at all: its turn row, layer decisions, provider
+//!   records, retained content and build go in the batch's one transaction.
+//! - The file never holds a lookup value, a secret or unretained content. Records hold
+//!   key names, keyed digests, locators and fingerprints by construction
+//!   ([`super::record`]); retained items are sealed with XChaCha20-Poly1305 under
+//!   `DigestKey::derive("ctxd-retention")`, a random nonce per row, and the tenant and
+//!   fingerprint as associated data, so a row moved to another tenant or fingerprint
+//!   no longer opens.
+//! - Serializing and sealing happen in [`RowEncoder`], on the caller's thread, so the
+//!   single writer thread only runs SQL.
+//! - The SQL stays plain (no JSON functions, no `INDEXED BY`) so a PostgreSQL store can
+//!   follow with the same schema; `ON CONFLICT … DO NOTHING/UPDATE` is in both.
+//!
+//! # Rooms, and which way they depend
+//!
+//! Each module uses only those listed above it (and [`super::query`], [`super::record`],
+//! which use nothing of the store); this file only declares and re-exports them.
+//!
+//! | module | holds |
+//! |---|---|
+//! | `error` | [`StoreError`] and the SQLite-failure helper |
+//! | `schema` | migrations, the version check, connection settings |
+//! | `seal` | the retention cipher (pure) |
+//! | `rows` | [`RowEncoder`] and the rows it encodes ([`TraceRows`], [`Queued`], …) |
+//! | `write` | [`TraceStore`]: the write connection and its batch transaction |
+//! | `read` | [`TraceReader`]: a read-only connection; runs the searches [`super::query`] plans |
+//! | `pool` | [`ReaderPool`]: a bounded set of readers, checked out per request |
+//!
+//! # Schema (version [`SCHEMA_VERSION`])
+//!
+//! | table | rows | keys and indexes |
+//! |---|---|---|
+//! | `turns` | one per turn: filter columns + the turn record JSON | `seq` (autoincrement, the cursor), `turn_id` unique, `(tenant, seq, started_at_ms)` |
+//! | `layer_decisions` | one per layer decision | `(tenant, layer, status, turn_seq)`, `(tenant, status, turn_seq)` |
+//! | `provider_records` | one per provider record, with its JSON | `(turn_seq)`, `(tenant, provider, status, turn_seq)`, `(tenant, status, turn_seq)` |
+//! | `retained_content` | one per tenant and fingerprint: nonce ‖ ciphertext | primary key `(tenant, fingerprint)`, `(expires_at_ms)` |
+//! | `builds` | one per build digest | primary key `digest` |
+//! | `handle_operations` | one per operation on a handle (v2): filter columns + the record JSON | primary key `(tenant, handle_id, sequence)` |
+//! | `schema_version` | one per applied migration | primary key `version` |
+//!
+//! Why these indexes: a search walks exactly one of them newest first (see
+//! [`super::query`]) and checks its other filters with point lookups, so a page costs
+//! about `limit` index entries per walked stream whatever the store's size. There is
+//! no `(tenant, started_at_ms)` index: a time window is checked from the covering
+//! `(tenant, seq, started_at_ms)` walk, because results are ordered by `seq` and an
+//! index ordered by time would need a sort of the whole window. The cost moves to
+//! narrow windows far in the past, which walk every newer turn of the tenant in that
+//! covering index (about 4 ms for 83 k turns; `CTXD_BENCH_SEARCH=1 cargo bench --bench
+//! trace_writer` measures every shape on a million provider records).
+//!
+//! Plans are chosen without statistics (ctxd never runs `ANALYZE`), so they are the ones
+//! the `EXPLAIN QUERY PLAN` tests in [`super::query`] pin down.
+
+mod error;
+mod pool;
+mod read;
+mod rows;
+mod schema;
+mod seal;
+mod write;
+
+pub use super::query::{SearchPage, SearchQuery};
+pub use super::record::StoredTurn;
+pub use error::StoreError;
+pub use pool::{ReaderCheckout, ReaderPool, ReaderPoolSettings};
+pub use read::{StoreCounts, TraceReader};
+pub use rows::{
+    HandleOperationRow, LayerRow, ProviderRow, Queued, RetainedRow, RowEncoder, TraceRows, TurnRow,
+};
+pub use schema::SCHEMA_VERSION;
+pub use write::{TraceStore, Written};
+
+#[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
+mod tests;

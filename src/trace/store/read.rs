@@ -1,0 +1,354 @@
+//! The read side: read-only connections behind `GET /v1/traces`, the handle trace
+//! route, replays and `ctxd traces`. A reader runs the statements [`crate::trace::query`]
+//! plans, parses the stored JSON and opens sealed content.
+
+use super::error::{StoreError, sqlite};
+use super::schema::{BUSY_TIMEOUT, STATEMENT_CACHE, require_current};
+use super::seal::RetentionCipher;
+use crate::contract::Item;
+use crate::handles::HandleOpRecord;
+use crate::trace::digest::DigestKey;
+use crate::trace::query::{
+    self, HANDLE_OPERATIONS, HandleOperationsPage, MAX_HANDLE_OPERATIONS, MAX_LIMIT, SearchPage,
+    SearchQuery, TENANTS, decode_cursor, encode_cursor,
+};
+use crate::trace::record::{StoredTurn, TurnRecord};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+const SELECT_TURN_BY_ID: &str = "SELECT seq, tenant, record FROM turns WHERE turn_id = ?1";
+const SELECT_TURN_BY_SEQ: &str = "SELECT record FROM turns WHERE seq = ?1";
+const SELECT_PROVIDERS: &str =
+    "SELECT record FROM provider_records WHERE turn_seq = ?1 ORDER BY rowid";
+const SELECT_RETAINED: &str =
+    "SELECT ciphertext FROM retained_content WHERE tenant = ?1 AND fingerprint = ?2";
+
+/// Row counts of a store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreCounts {
+    pub turns: u64,
+    pub provider_records: u64,
+    pub retained_items: u64,
+}
+
+/// A read-only connection (`SQLITE_OPEN_READ_ONLY`, `query_only`). Used by one thread
+/// at a time (it is `Send`, not `Sync`): the server shares a few through a
+/// [`ReaderPool`](super::ReaderPool), the CLI opens its own.
+pub struct TraceReader {
+    conn: Connection,
+    path: PathBuf,
+    cipher: Option<RetentionCipher>,
+}
+
+impl fmt::Debug for TraceReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TraceReader")
+            .field("path", &self.path)
+            .field("retention_key", &self.cipher.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TraceReader {
+    /// `key` decrypts retained content; without it `retained` errors. The store must
+    /// exist and have exactly this code's schema version.
+    pub fn open(path: &Path, key: Option<&DigestKey>) -> Result<TraceReader, StoreError> {
+        let open_error = |source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(open_error)?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(sqlite(path, "set busy_timeout"))?;
+        conn.pragma_update(None, "query_only", true)
+            .map_err(sqlite(path, "set query_only"))?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        require_current(&conn, path)?;
+        Ok(TraceReader {
+            conn,
+            path: path.to_path_buf(),
+            cipher: key.map(RetentionCipher::new),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Turns matching every filter, newest first, each with all its provider records.
+    pub fn search(&self, query: &SearchQuery) -> Result<SearchPage, StoreError> {
+        let (seqs, next_cursor) = matching_seqs(&self.conn, &self.path, query)?;
+        let mut traces = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            let record: Option<String> = self
+                .conn
+                .prepare_cached(SELECT_TURN_BY_SEQ)
+                .and_then(|mut statement| statement.query_row([seq], |row| row.get(0)).optional())
+                .map_err(sqlite(&self.path, "read a turn"))?;
+            // Only a concurrent deletion could remove it; there is none today.
+            let Some(record) = record else { continue };
+            traces.push(self.stored_turn(seq, &record)?);
+        }
+        Ok(SearchPage {
+            traces,
+            next_cursor,
+        })
+    }
+
+    /// `tenant: None` is for operator tools (CLI); the API always passes `Some` — another
+    /// tenant's turn is `None`.
+    pub fn turn(
+        &self,
+        tenant: Option<&str>,
+        turn_id: &str,
+    ) -> Result<Option<StoredTurn>, StoreError> {
+        let row: Option<(i64, String, String)> = self
+            .conn
+            .prepare_cached(SELECT_TURN_BY_ID)
+            .and_then(|mut statement| {
+                statement
+                    .query_row([turn_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+                    .optional()
+            })
+            .map_err(sqlite(&self.path, "read a turn"))?;
+        match row {
+            Some((seq, owner, record)) if tenant.is_none_or(|tenant| tenant == owner) => {
+                self.stored_turn(seq, &record).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn stored_turn(&self, seq: i64, record: &str) -> Result<StoredTurn, StoreError> {
+        let turn: TurnRecord = self.parse(record, || format!("turn record at seq {seq}"))?;
+        let mut statement = self
+            .conn
+            .prepare_cached(SELECT_PROVIDERS)
+            .map_err(sqlite(&self.path, "read provider records"))?;
+        let records = statement
+            .query_map([seq], |row| row.get::<_, String>(0))
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(sqlite(&self.path, "read provider records"))?;
+        let providers = records
+            .iter()
+            .map(|record| self.parse(record, || format!("a provider record of seq {seq}")))
+            .collect::<Result<_, _>>()?;
+        Ok(StoredTurn { turn, providers })
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(
+        &self,
+        json: &str,
+        what: impl FnOnce() -> String,
+    ) -> Result<T, StoreError> {
+        serde_json::from_str(json).map_err(|error| StoreError::Corrupt {
+            path: self.path.clone(),
+            what: what(),
+            line: error.line(),
+            column: error.column(),
+        })
+    }
+
+    /// Retained items by fingerprint (decrypted, and only if the item's canonical digest
+    /// equals its fingerprint — a tampered row is left out), for one tenant.
+    pub fn retained(
+        &self,
+        tenant: &str,
+        fingerprints: &[&str],
+    ) -> Result<HashMap<String, Item>, StoreError> {
+        let Some(cipher) = &self.cipher else {
+            return Err(StoreError::NoRetentionKey {
+                path: self.path.clone(),
+            });
+        };
+        let mut statement = self
+            .conn
+            .prepare_cached(SELECT_RETAINED)
+            .map_err(sqlite(&self.path, "read retained content"))?;
+        let mut found = HashMap::new();
+        let mut refused = 0usize;
+        for &fingerprint in fingerprints {
+            if found.contains_key(fingerprint) {
+                continue;
+            }
+            let blob: Option<Vec<u8>> = statement
+                .query_row([tenant, fingerprint], |row| row.get(0))
+                .optional()
+                .map_err(sqlite(&self.path, "read retained content"))?;
+            let Some(blob) = blob else { continue };
+            match cipher.open(tenant, fingerprint, &blob) {
+                Some(item) => {
+                    found.insert(fingerprint.to_owned(), item);
+                }
+                None => refused += 1,
+            }
+        }
+        if refused > 0 {
+            tracing::warn!(
+                store = %self.path.display(),
+                refused,
+                "retained content failed verification and was left out"
+            );
+        }
+        Ok(found)
+    }
+
+    /// One page of a handle's operation records for `tenant`, in sequence order, after
+    /// sequence `after` (0 for the first page). Another tenant's handle has none.
+    pub fn handle_operations(
+        &self,
+        tenant: &str,
+        handle: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<HandleOperationsPage<HandleOpRecord>, StoreError> {
+        let page = handle_operations(&self.conn, &self.path, tenant, handle, after, limit)?;
+        let operations = page
+            .operations
+            .iter()
+            .map(|record| self.parse(record, || "a handle operation record".to_owned()))
+            .collect::<Result<_, _>>()?;
+        Ok(HandleOperationsPage {
+            operations,
+            next_after: page.next_after,
+        })
+    }
+
+    /// The Build JSON recorded for a build digest.
+    pub fn build(&self, digest: &str) -> Result<Option<String>, StoreError> {
+        self.conn
+            .prepare_cached("SELECT build FROM builds WHERE digest = ?1")
+            .and_then(|mut statement| statement.query_row([digest], |row| row.get(0)).optional())
+            .map_err(sqlite(&self.path, "read a build"))
+    }
+
+    /// Rows in `turns`, `provider_records` and `retained_content`.
+    pub fn counts(&self) -> Result<StoreCounts, StoreError> {
+        let count = |table: &str| -> Result<u64, StoreError> {
+            self.conn
+                .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |row| {
+                    row.get::<_, i64>(0)
+                })
+                .map(|n| n as u64)
+                .map_err(sqlite(&self.path, "count rows"))
+        };
+        Ok(StoreCounts {
+            turns: count("turns")?,
+            provider_records: count("provider_records")?,
+            retained_items: count("retained_content")?,
+        })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn connection(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+/// Tenants with at least one turn, in name order.
+fn tenants(conn: &Connection, path: &Path) -> Result<Vec<String>, StoreError> {
+    let error = |source| StoreError::Sqlite {
+        path: path.to_path_buf(),
+        action: "list tenants",
+        source,
+    };
+    let mut statement = conn.prepare_cached(TENANTS).map_err(error)?;
+    let names = statement
+        .query_map([], |row| row.get(0))
+        .and_then(|rows| rows.collect::<Result<Vec<String>, _>>())
+        .map_err(error)?;
+    Ok(names)
+}
+
+/// The seqs of one page, newest first, and the cursor of the next page.
+fn matching_seqs(
+    conn: &Connection,
+    path: &Path,
+    query: &SearchQuery,
+) -> Result<(Vec<i64>, Option<String>), StoreError> {
+    let limit = query.limit.clamp(1, MAX_LIMIT);
+    let before = match &query.cursor {
+        Some(cursor) => decode_cursor(cursor)?,
+        None => i64::MAX,
+    };
+    let tenants = match &query.tenant {
+        Some(tenant) => vec![tenant.clone()],
+        None => tenants(conn, path)?,
+    };
+    let error = |source| StoreError::Sqlite {
+        path: path.to_path_buf(),
+        action: "search traces",
+        source,
+    };
+    // One more than the page: whether it exists decides `next_cursor`.
+    let take = limit + 1;
+    let mut seqs = Vec::new();
+    for tenant in &tenants {
+        for stream in query::streams(query, tenant, before, take) {
+            let mut statement = conn.prepare_cached(&stream.sql).map_err(error)?;
+            let rows = statement
+                .query_map(rusqlite::params_from_iter(&stream.params), |row| {
+                    row.get::<_, i64>(0)
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(error)?;
+            seqs.extend(rows);
+        }
+    }
+    seqs.sort_unstable_by(|a, b| b.cmp(a));
+    seqs.dedup();
+    let next_cursor = if seqs.len() > limit {
+        seqs.truncate(limit);
+        seqs.last().copied().map(encode_cursor)
+    } else {
+        None
+    };
+    Ok((seqs, next_cursor))
+}
+
+/// The operation records (JSON) of `handle` for `tenant` with a sequence above `after`,
+/// at most `limit` (clamped to 1..=[`MAX_HANDLE_OPERATIONS`]). Another tenant's handle
+/// has none.
+fn handle_operations(
+    conn: &Connection,
+    path: &Path,
+    tenant: &str,
+    handle: &str,
+    after: u64,
+    limit: usize,
+) -> Result<HandleOperationsPage<String>, StoreError> {
+    let limit = limit.clamp(1, MAX_HANDLE_OPERATIONS);
+    let error = |source| StoreError::Sqlite {
+        path: path.to_path_buf(),
+        action: "list handle operations",
+        source,
+    };
+    let after = i64::try_from(after).unwrap_or(i64::MAX);
+    let mut statement = conn.prepare_cached(HANDLE_OPERATIONS).map_err(error)?;
+    // One more than the page: whether it exists decides `next_after`.
+    let mut rows = statement
+        .query_map(
+            rusqlite::params![tenant, handle, after, (limit + 1) as i64],
+            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
+        )
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .map_err(error)?;
+    let next_after = if rows.len() > limit {
+        rows.truncate(limit);
+        rows.last().map(|(sequence, _)| *sequence as u64)
+    } else {
+        None
+    };
+    Ok(HandleOperationsPage {
+        operations: rows.into_iter().map(|(_, record)| record).collect(),
+        next_after,
+    })
+}

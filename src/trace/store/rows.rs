@@ -1,0 +1,180 @@
+//! Rows: what one turn or one handle operation writes, serialized (and retained content
+//! sealed) on the caller's thread before it reaches the writer, so the single writer
+//! thread only runs SQL.
+
+use super::seal::RetentionCipher;
+use crate::handles::HandleOpRecord;
+use crate::trace::digest::DigestKey;
+use crate::trace::record::TurnTrace;
+use serde::Serialize;
+use std::fmt;
+
+/// One entry of the trace writer's queue: a turn's rows or one handle operation.
+/// Boxed, so the queue's slots stay small whatever a turn holds.
+#[derive(Debug, Clone)]
+pub enum Queued {
+    Turn(Box<TraceRows>),
+    HandleOperation(Box<HandleOperationRow>),
+}
+
+/// A handle operation record, serialized off the writer thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandleOperationRow {
+    pub tenant: String,
+    pub handle_id: String,
+    pub sequence: i64,
+    pub at_ms: i64,
+    /// The record as JSON.
+    pub record: String,
+}
+
+impl HandleOperationRow {
+    pub fn encode(record: &HandleOpRecord) -> HandleOperationRow {
+        HandleOperationRow {
+            tenant: record.tenant.clone(),
+            handle_id: record.handle.clone(),
+            sequence: i64::try_from(record.sequence).unwrap_or(i64::MAX),
+            at_ms: record.at_ms,
+            record: serde_json::to_string(record)
+                .expect("a handle operation record always serializes"),
+        }
+    }
+}
+
+/// The rows one turn writes, serialized (and retained content sealed) off the writer
+/// thread. Produced by [`RowEncoder::encode`].
+#[derive(Debug, Clone)]
+pub struct TraceRows {
+    pub turn: TurnRow,
+    pub layers: Vec<LayerRow>,
+    pub providers: Vec<ProviderRow>,
+    pub retained: Vec<RetainedRow>,
+    /// `(digest, build JSON)`.
+    pub build: Option<(String, String)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TurnRow {
+    pub turn_id: String,
+    pub tenant: String,
+    pub project: String,
+    pub build_digest: String,
+    pub blocked: bool,
+    pub rendered_digest: Option<String>,
+    pub started_at_ms: i64,
+    pub duration_ms: i64,
+    /// The turn record as JSON.
+    pub record: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct LayerRow {
+    pub layer: String,
+    pub status: &'static str,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct ProviderRow {
+    pub provider: String,
+    pub status: &'static str,
+    pub observed_at_ms: i64,
+    /// The provider record as JSON.
+    pub record: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct RetainedRow {
+    pub fingerprint: String,
+    /// Nonce (24 bytes) followed by the XChaCha20-Poly1305 ciphertext and tag.
+    pub ciphertext: Vec<u8>,
+    pub expires_at_ms: i64,
+}
+
+impl TraceRows {
+    /// Turn record plus provider records: the unit the writer's `records` counts.
+    pub fn record_count(&self) -> usize {
+        1 + self.providers.len()
+    }
+}
+
+/// Serializes traces into rows and seals retained content. Cheap to clone; holds the
+/// derived retention key (zeroed on drop), never printed.
+#[derive(Clone)]
+pub struct RowEncoder {
+    cipher: RetentionCipher,
+}
+
+impl fmt::Debug for RowEncoder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RowEncoder(<key redacted>)")
+    }
+}
+
+impl RowEncoder {
+    pub fn new(key: &DigestKey) -> RowEncoder {
+        RowEncoder {
+            cipher: RetentionCipher::new(key),
+        }
+    }
+
+    pub fn encode(&self, trace: &TurnTrace) -> TraceRows {
+        let turn = &trace.turn;
+        let record = serde_json::to_string(turn).expect("a turn record always serializes");
+        TraceRows {
+            turn: TurnRow {
+                turn_id: turn.turn_id.clone(),
+                tenant: turn.tenant.clone(),
+                project: turn.project.clone(),
+                build_digest: turn.build_digest.clone(),
+                blocked: turn.blocked,
+                rendered_digest: turn.rendered_digest.clone(),
+                started_at_ms: turn.started_at_ms,
+                duration_ms: i64::try_from(turn.duration_ms).unwrap_or(i64::MAX),
+                record,
+            },
+            layers: turn
+                .layers
+                .iter()
+                .map(|layer| LayerRow {
+                    layer: layer.id.clone(),
+                    status: layer.status.as_str(),
+                    reason: serde_name(&layer.reason),
+                })
+                .collect(),
+            providers: trace
+                .providers
+                .iter()
+                .map(|provider| ProviderRow {
+                    provider: provider.provider.clone(),
+                    status: provider.status.as_str(),
+                    observed_at_ms: provider.observed_at_ms,
+                    record: serde_json::to_string(provider)
+                        .expect("a provider record always serializes"),
+                })
+                .collect(),
+            retained: trace
+                .retained
+                .iter()
+                .map(|retained| RetainedRow {
+                    fingerprint: retained.fingerprint.clone(),
+                    ciphertext: self.cipher.seal(
+                        &turn.tenant,
+                        &retained.fingerprint,
+                        &retained.item,
+                    ),
+                    expires_at_ms: retained.expires_at_ms,
+                })
+                .collect(),
+            build: trace.build.clone(),
+        }
+    }
+}
+
+/// The name serde gives a unit enum variant (`PROVIDER_ITEMS`).
+fn serde_name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => String::new(),
+    }
+}

@@ -1,0 +1,193 @@
+//! The trace store's schema: its migrations, the version both kinds of connection
+//! check when they open, and the settings every connection opens with. The tables and
+//! indexes are described in [`super`].
+
+use super::error::{StoreError, sqlite};
+use rusqlite::{Connection, TransactionBehavior, params};
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The schema version this code writes and reads.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// How long a statement waits for another connection's lock before failing busy.
+pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Distinct SQL texts a connection keeps prepared (search shapes vary by filter).
+pub(super) const STATEMENT_CACHE: usize = 64;
+
+/// Ordered migrations: `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
+/// Never edit a released entry; append a new one.
+const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    "CREATE TABLE turns (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        turn_id TEXT NOT NULL UNIQUE,
+        tenant TEXT NOT NULL,
+        project TEXT NOT NULL,
+        build_digest TEXT NOT NULL,
+        blocked INTEGER NOT NULL,
+        rendered_digest TEXT,
+        started_at_ms INTEGER NOT NULL,
+        duration_ms INTEGER NOT NULL,
+        record TEXT NOT NULL
+    );
+    CREATE INDEX turns_by_tenant ON turns (tenant, seq, started_at_ms);
+    CREATE TABLE layer_decisions (
+        turn_seq INTEGER NOT NULL REFERENCES turns (seq),
+        tenant TEXT NOT NULL,
+        layer TEXT NOT NULL,
+        status TEXT NOT NULL,
+        reason TEXT NOT NULL
+    );
+    CREATE INDEX layer_decisions_by_layer ON layer_decisions (tenant, layer, status, turn_seq);
+    CREATE INDEX layer_decisions_by_status ON layer_decisions (tenant, status, turn_seq);
+    CREATE TABLE provider_records (
+        turn_seq INTEGER NOT NULL REFERENCES turns (seq),
+        tenant TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        status TEXT NOT NULL,
+        observed_at_ms INTEGER NOT NULL,
+        record TEXT NOT NULL
+    );
+    CREATE INDEX provider_records_by_turn ON provider_records (turn_seq);
+    CREATE INDEX provider_records_by_provider ON provider_records (tenant, provider, status, turn_seq);
+    CREATE INDEX provider_records_by_status ON provider_records (tenant, status, turn_seq);
+    CREATE TABLE retained_content (
+        tenant TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        ciphertext BLOB NOT NULL,
+        expires_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (tenant, fingerprint)
+    );
+    CREATE INDEX retained_content_by_expiry ON retained_content (expires_at_ms);
+    CREATE TABLE builds (
+        digest TEXT PRIMARY KEY,
+        build TEXT NOT NULL
+    );",
+    // 2: handle operation records. The key is also the listing order of one handle's
+    // operations, so `GET /v1/handles/{id}/trace` is one range scan.
+    "CREATE TABLE handle_operations (
+        tenant TEXT NOT NULL,
+        handle_id TEXT NOT NULL,
+        sequence INTEGER NOT NULL,
+        at_ms INTEGER NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (tenant, handle_id, sequence)
+    );",
+];
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The highest applied migration; `None` when there is no `schema_version` table.
+fn schema_version(conn: &Connection, path: &Path) -> Result<Option<i64>, StoreError> {
+    let exists: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'schema_version')",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(sqlite(path, "read the schema"))?;
+    if !exists {
+        return Ok(None);
+    }
+    conn.query_row(
+        "SELECT COALESCE(MAX(version), 0) FROM schema_version",
+        [],
+        |row| row.get(0),
+    )
+    .map(Some)
+    .map_err(sqlite(path, "read the schema version"))
+}
+
+/// A reader's check: the store exists as a trace store with exactly this code's schema
+/// version (readers never migrate).
+pub(super) fn require_current(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    match schema_version(conn, path)? {
+        None => Err(StoreError::NotATraceStore {
+            path: path.to_path_buf(),
+        }),
+        Some(found) if found > SCHEMA_VERSION => Err(StoreError::TooNew {
+            path: path.to_path_buf(),
+            found,
+            known: SCHEMA_VERSION,
+        }),
+        Some(found) if found < SCHEMA_VERSION => Err(StoreError::TooOld {
+            path: path.to_path_buf(),
+            found,
+            known: SCHEMA_VERSION,
+        }),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Applies the migrations the store lacks, each in its own `BEGIN IMMEDIATE`
+/// transaction (so two processes opening a new store at once apply each one once).
+pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let current = match schema_version(conn, path)? {
+        Some(version) => version,
+        None => {
+            let tables: i64 = conn
+                .query_row(
+                    "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+                    [],
+                    |row| row.get(0),
+                )
+                .map_err(sqlite(path, "read the schema"))?;
+            if tables > 0 {
+                return Err(StoreError::NotATraceStore {
+                    path: path.to_path_buf(),
+                });
+            }
+            0
+        }
+    };
+    if current > SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            path: path.to_path_buf(),
+            found: current,
+            known: SCHEMA_VERSION,
+        });
+    }
+    for (index, migration) in MIGRATIONS.iter().enumerate() {
+        let version = index as i64 + 1;
+        if version <= current {
+            continue;
+        }
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite(path, "begin a migration"))?;
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS schema_version (
+                version INTEGER PRIMARY KEY,
+                applied_at_ms INTEGER NOT NULL
+            )",
+        )
+        .map_err(sqlite(path, "create the schema_version table"))?;
+        // Another process may have applied it while this one waited for the lock.
+        let applied = schema_version(&tx, path)?.unwrap_or(0);
+        if applied > SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                path: path.to_path_buf(),
+                found: applied,
+                known: SCHEMA_VERSION,
+            });
+        }
+        if applied >= version {
+            continue;
+        }
+        tx.execute_batch(migration)
+            .map_err(sqlite(path, "apply a schema migration"))?;
+        tx.execute(
+            "INSERT INTO schema_version (version, applied_at_ms) VALUES (?1, ?2)",
+            params![version, now_ms()],
+        )
+        .map_err(sqlite(path, "record the schema version"))?;
+        tx.commit()
+            .map_err(sqlite(path, "commit a schema migration"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,284 @@
+//! The write side: the one write connection the trace writer thread owns, and the
+//! batch transaction that commits a turn whole or not at all.
+
+use super::error::{StoreError, sqlite};
+use super::rows::{HandleOperationRow, Queued, RowEncoder, TraceRows};
+use super::schema::{BUSY_TIMEOUT, STATEMENT_CACHE, migrate};
+use crate::trace::digest::DigestKey;
+use crate::trace::record::TurnTrace;
+use rusqlite::{Connection, OpenFlags, TransactionBehavior, params};
+use std::collections::HashSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Build digests remembered as written, so a build is not re-sent with every turn.
+const KNOWN_BUILDS_CAP: usize = 4096;
+
+const INSERT_TURN: &str = "INSERT INTO turns (turn_id, tenant, project, build_digest, blocked, rendered_digest, started_at_ms, duration_ms, record)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (turn_id) DO NOTHING";
+const INSERT_LAYER: &str = "INSERT INTO layer_decisions (turn_seq, tenant, layer, status, reason) VALUES (?1, ?2, ?3, ?4, ?5)";
+const INSERT_PROVIDER: &str =
+    "INSERT INTO provider_records (turn_seq, tenant, provider, status, observed_at_ms, record)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+/// Stored once per tenant and fingerprint: a second write only moves the expiry later.
+const UPSERT_RETAINED: &str =
+    "INSERT INTO retained_content (tenant, fingerprint, ciphertext, expires_at_ms)
+    VALUES (?1, ?2, ?3, ?4)
+    ON CONFLICT (tenant, fingerprint) DO UPDATE SET expires_at_ms = excluded.expires_at_ms
+    WHERE excluded.expires_at_ms > retained_content.expires_at_ms";
+const INSERT_BUILD: &str =
+    "INSERT INTO builds (digest, build) VALUES (?1, ?2) ON CONFLICT (digest) DO NOTHING";
+/// A retried batch never duplicates: `(tenant, handle, sequence)` is written once.
+const INSERT_HANDLE_OPERATION: &str =
+    "INSERT INTO handle_operations (tenant, handle_id, sequence, at_ms, record)
+    VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (tenant, handle_id, sequence) DO NOTHING";
+pub(super) const PURGE_EXPIRED: &str = "DELETE FROM retained_content WHERE expires_at_ms <= ?1";
+
+/// How many rows one committed batch added.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Turns written (a turn id already in the store is skipped, not an error).
+    pub turns: u64,
+    pub provider_records: u64,
+    /// Handle operation records written (one already in the store is skipped).
+    pub handle_operations: u64,
+}
+
+/// The write connection. Owned by one thread (the trace writer); not `Sync`.
+pub struct TraceStore {
+    conn: Connection,
+    path: PathBuf,
+    encoder: RowEncoder,
+    /// Build digests already in the store, so the (large) build JSON is not bound and
+    /// re-inserted with every turn. Bounded: cleared when full.
+    known_builds: HashSet<String>,
+}
+
+impl fmt::Debug for TraceStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TraceStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TraceStore {
+    /// Creates parent dirs, opens (file mode 0600 on create), WAL
+    /// (`journal_mode=WAL`, `synchronous=NORMAL`), busy_timeout, runs migrations.
+    /// Opening an up-to-date store again changes nothing.
+    pub fn open(path: &Path, key: &DigestKey) -> Result<TraceStore, StoreError> {
+        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        create_private_file(path).map_err(|source| StoreError::CreateFile {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(sqlite(path, "set busy_timeout"))?;
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+            .map_err(sqlite(path, "switch to WAL"))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::NotWal {
+                path: path.to_path_buf(),
+                mode,
+            });
+        }
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(sqlite(path, "set synchronous=NORMAL"))?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        migrate(&mut conn, path)?;
+        Ok(TraceStore {
+            conn,
+            path: path.to_path_buf(),
+            encoder: RowEncoder::new(key),
+            known_builds: HashSet::new(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// One transaction for the whole batch; prepared statements.
+    pub fn write_batch(&mut self, traces: &[TurnTrace]) -> Result<(), StoreError> {
+        let rows: Vec<TraceRows> = traces.iter().map(|t| self.encoder.encode(t)).collect();
+        self.write_rows(&rows).map(|_| ())
+    }
+
+    /// Writes encoded rows in one `BEGIN IMMEDIATE` transaction. A turn id already in
+    /// the store is skipped with its rows, so a retried batch never duplicates.
+    pub fn write_rows(&mut self, batch: &[TraceRows]) -> Result<Written, StoreError> {
+        let turns: Vec<&TraceRows> = batch.iter().collect();
+        self.write_all(&turns, &[])
+    }
+
+    /// Writes a writer batch — turns and handle operations — in one transaction.
+    pub fn write_queued(&mut self, batch: &[Queued]) -> Result<Written, StoreError> {
+        let mut turns = Vec::with_capacity(batch.len());
+        let mut operations = Vec::new();
+        for queued in batch {
+            match queued {
+                Queued::Turn(rows) => turns.push(&**rows),
+                Queued::HandleOperation(row) => operations.push(&**row),
+            }
+        }
+        self.write_all(&turns, &operations)
+    }
+
+    fn write_all(
+        &mut self,
+        batch: &[&TraceRows],
+        operations: &[&HandleOperationRow],
+    ) -> Result<Written, StoreError> {
+        let path = self.path.clone();
+        let mut written = Written::default();
+        let mut new_builds = Vec::new();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite(&path, "begin a write transaction"))?;
+        {
+            let prepare = |sql| {
+                tx.prepare_cached(sql)
+                    .map_err(sqlite(&path, "prepare a write"))
+            };
+            let mut insert_turn = prepare(INSERT_TURN)?;
+            let mut insert_operation = prepare(INSERT_HANDLE_OPERATION)?;
+            let mut insert_layer = prepare(INSERT_LAYER)?;
+            let mut insert_provider = prepare(INSERT_PROVIDER)?;
+            let mut upsert_retained = prepare(UPSERT_RETAINED)?;
+            let mut insert_build = prepare(INSERT_BUILD)?;
+            for row in operations {
+                written.handle_operations += insert_operation
+                    .execute(params![
+                        row.tenant,
+                        row.handle_id,
+                        row.sequence,
+                        row.at_ms,
+                        row.record
+                    ])
+                    .map_err(sqlite(&path, "insert a handle operation"))?
+                    as u64;
+            }
+            for &rows in batch {
+                let turn = &rows.turn;
+                let inserted = insert_turn
+                    .execute(params![
+                        turn.turn_id,
+                        turn.tenant,
+                        turn.project,
+                        turn.build_digest,
+                        turn.blocked,
+                        turn.rendered_digest,
+                        turn.started_at_ms,
+                        turn.duration_ms,
+                        turn.record,
+                    ])
+                    .map_err(sqlite(&path, "insert a turn"))?;
+                if inserted == 0 {
+                    continue;
+                }
+                let seq = tx.last_insert_rowid();
+                written.turns += 1;
+                for layer in &rows.layers {
+                    insert_layer
+                        .execute(params![
+                            seq,
+                            turn.tenant,
+                            layer.layer,
+                            layer.status,
+                            layer.reason
+                        ])
+                        .map_err(sqlite(&path, "insert a layer decision"))?;
+                }
+                for provider in &rows.providers {
+                    insert_provider
+                        .execute(params![
+                            seq,
+                            turn.tenant,
+                            provider.provider,
+                            provider.status,
+                            provider.observed_at_ms,
+                            provider.record,
+                        ])
+                        .map_err(sqlite(&path, "insert a provider record"))?;
+                    written.provider_records += 1;
+                }
+                for retained in &rows.retained {
+                    upsert_retained
+                        .execute(params![
+                            turn.tenant,
+                            retained.fingerprint,
+                            retained.ciphertext,
+                            retained.expires_at_ms,
+                        ])
+                        .map_err(sqlite(&path, "insert retained content"))?;
+                }
+                if let Some((digest, build)) = &rows.build
+                    && !self.known_builds.contains(digest)
+                    && !new_builds.contains(digest)
+                {
+                    insert_build
+                        .execute(params![digest, build])
+                        .map_err(sqlite(&path, "insert a build"))?;
+                    new_builds.push(digest.clone());
+                }
+            }
+        }
+        tx.commit().map_err(sqlite(&path, "commit a batch"))?;
+        if self.known_builds.len() + new_builds.len() > KNOWN_BUILDS_CAP {
+            self.known_builds.clear();
+        }
+        self.known_builds.extend(new_builds);
+        Ok(written)
+    }
+
+    /// Deletes retained content whose `expires_at_ms <= now_ms`; returns how many rows.
+    /// (The clock is injected: callers pass now.)
+    pub fn purge_expired(&mut self, now_ms: i64) -> Result<usize, StoreError> {
+        self.conn
+            .prepare_cached(PURGE_EXPIRED)
+            .and_then(|mut statement| statement.execute([now_ms]))
+            .map_err(sqlite(&self.path, "purge expired retained content"))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    #[cfg(test)]
+    pub(crate) fn encoder(&self) -> &RowEncoder {
+        &self.encoder
+    }
+}
+
+/// Creates the file with mode 0600 when it does not exist, so the database (and the
+/// `-wal` and `-shm` files, which SQLite gives the database's mode) is private.
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
