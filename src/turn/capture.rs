@@ -48,12 +48,12 @@ impl Answered<'_> {
         let (started_at_ms, started_at) = timestamp(turn.started_at);
         let mut providers = Vec::new();
         let mut retained = Vec::new();
-        for (p, decision) in self.decisions.providers.iter().enumerate() {
+        for (p, decision) in self.called.decisions.providers.iter().enumerate() {
             if *decision == ProviderDecision::NotNeeded {
                 continue;
             }
-            let setting = settings(&self.project.providers[p].id);
-            let call = self.call_of(p);
+            let setting = settings(&self.called.project.providers[p].id);
+            let call = self.called.call_of(p);
             if setting.retention == Retention::Content
                 && let Some(call) = call
             {
@@ -92,7 +92,7 @@ impl Answered<'_> {
         key: &DigestKey,
         setting: &ProviderTraceSettings<'_>,
     ) -> Option<ProviderRecord> {
-        let spec = &self.project.providers[p];
+        let spec = &self.called.project.providers[p];
         let value = turn.ask.inputs.get(&spec.input).map_or("", String::as_str);
         let (observed_at_ms, observed_at) =
             timestamp(call.map_or(turn.started_at, |c| c.facts.observed_at));
@@ -186,12 +186,12 @@ impl Answered<'_> {
             kind: TURN_RECORD_KIND.to_owned(),
             turn_id: turn.turn_id.to_owned(),
             tenant: turn.tenant.to_owned(),
-            project: self.project.id().to_owned(),
-            project_version: self.project.doc.version.clone(),
-            build_digest: self.project.digest.clone(),
+            project: self.called.project.id().to_owned(),
+            project_version: self.called.project.doc.version.clone(),
+            build_digest: self.called.project.digest.clone(),
             binding_revision: turn.binding.map(|(revision, _)| revision.to_owned()),
             binding_digest: turn.binding.map(|(_, digest)| digest.to_owned()),
-            profile: self.profile.to_owned(),
+            profile: self.called.profile.to_owned(),
             objective: turn.ask.objective.map(str::to_owned),
             consumer: turn.ask.consumer.map(str::to_owned),
             inputs: turn

@@ -146,27 +146,11 @@ impl<'p> Called<'p> {
     pub fn assemble(self, rendering: Rendering<'_>) -> Answered<'p> {
         let result = kernel::assemble_with(self.project, &self.decisions, &self.calls, rendering);
         Answered {
-            project: self.project,
-            profile: self.profile,
-            decisions: self.decisions,
-            calls: self.calls,
+            called: self,
             result,
         }
     }
-}
 
-/// A turn assembled: what the kernel made of it, with the calls behind it.
-#[derive(Debug)]
-pub struct Answered<'p> {
-    pub project: &'p Project,
-    /// The profile's id.
-    pub profile: &'p str,
-    pub decisions: Decisions,
-    pub calls: Vec<Call>,
-    pub result: TurnResult,
-}
-
-impl Answered<'_> {
     /// The call of a provider, by its index in the project.
     pub fn call_of(&self, provider: usize) -> Option<&Call> {
         match self.decisions.providers.get(provider)? {
@@ -174,6 +158,13 @@ impl Answered<'_> {
             _ => None,
         }
     }
+}
+
+/// A turn assembled: what the kernel made of it, with the calls behind it.
+#[derive(Debug)]
+pub struct Answered<'p> {
+    pub called: Called<'p>,
+    pub result: TurnResult,
 }
 
 /// A source that answers every invocation at once from a function, untimed: Context

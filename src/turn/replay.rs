@@ -289,7 +289,7 @@ pub fn replay(
         .map(|p| {
             let call = project
                 .provider_index(&p.id)
-                .and_then(|index| answered.call_of(index));
+                .and_then(|index| answered.called.call_of(index));
             let replay = match call.and_then(|call| call.outcome.failure()) {
                 None if call.is_none() => ProviderReplay::NotInvoked,
                 Some(Failure::LiveDependencyUnavailable) => {

@@ -9,12 +9,12 @@ impl Answered<'_> {
     pub fn respond(self, turn: &TurnFacts<'_>) -> TurnResponse {
         TurnResponse {
             turn_id: turn.turn_id.to_owned(),
-            project: self.project.id().to_owned(),
-            project_version: self.project.doc.version.clone(),
-            build_digest: self.project.digest.clone(),
+            project: self.called.project.id().to_owned(),
+            project_version: self.called.project.doc.version.clone(),
+            build_digest: self.called.project.digest.clone(),
             binding_revision: turn.binding.map(|(revision, _)| revision.to_owned()),
             binding_digest: turn.binding.map(|(_, digest)| digest.to_owned()),
-            profile: self.profile.to_owned(),
+            profile: self.called.profile.to_owned(),
             objective: turn.ask.objective.map(str::to_owned),
             consumer: turn.ask.consumer.map(str::to_owned),
             result: self.result,
