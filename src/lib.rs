@@ -11,6 +11,7 @@
 //! - [`contract`] — wire types: statuses, items, `context-provider.v1` messages.
 //! - [`project`] — Context Projects: model, refusals, validation, Build.
 //! - [`config`] — server config, tenants and Deployment Bindings.
+//! - [`validation`] — a problem at a path, the collector of every problem, the id grammar.
 //! - [`gate`] — the per-layer invocation decision (pure).
 //! - [`kernel`] — from outcomes to layer statuses, blocking, budget and rendered text (pure).
 //! - [`handles`] — material too large for a budget, behind opaque handles with bounded operations.
@@ -39,3 +40,4 @@ pub mod providers;
 pub mod resilience;
 pub mod telemetry;
 pub mod trace;
+pub mod validation;

@@ -15,10 +15,11 @@
 //! `no-credential-reflection` look at all of them. The bound secret is never printed:
 //! where it was found is reported by exchange and header name.
 
-use crate::config::{EnvVars, is_valid_id};
+use crate::config::EnvVars;
 use crate::contract::{CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse};
 use crate::providers::bounds::{self, MAX_ITEMS, MAX_RESPONSE_BYTES};
 use crate::providers::secrets;
+use crate::validation::{ID_RULE, is_valid_id};
 use anyhow::{Context as _, bail};
 use clap::Args;
 use futures_util::StreamExt;
@@ -214,9 +215,7 @@ fn target(args: &ProviderCheckArgs, env: &EnvVars) -> anyhow::Result<Target> {
         bail!("--key: must not be empty");
     }
     if !is_valid_id(&args.provider) {
-        bail!(
-            "--provider: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
-        );
+        bail!("--provider: {ID_RULE}");
     }
     let secret = match &args.secret_env {
         None => None,

@@ -3,7 +3,7 @@
 //! bindings. Loading does the pure checks; environment checks are a separate step.
 
 use super::{
-    ConfigError, ConfigErrors, EnvVars, Problems, index_path, key_path, parse_toml,
+    ConfigErrors, EnvVars, Problem, Problems, index_path, key_path, parse_toml,
     refuse_inline_secrets, section, unknown_keys,
 };
 use crate::handles::{HandleSettings, LimitSettings};
@@ -159,20 +159,20 @@ impl ServerConfig {
     /// What the environment lacks for this config: tenant API keys by env reference set
     /// and non-empty, the digest key set unless a generated key is allowed, and no API
     /// key shared by two tenants once env keys are known. Values are never shown.
-    pub fn environment_problems(&self, env: &EnvVars) -> Vec<ConfigError> {
+    pub fn environment_problems(&self, env: &EnvVars) -> Vec<Problem> {
         let mut found = Vec::new();
         for (i, tenant) in self.tenants.iter().enumerate() {
             if let ApiKey::Env(name) = &tenant.api_key {
                 let path = key_path(&index_path("tenants", i), "api_key_env");
                 match env.get(name) {
-                    None => found.push(ConfigError::new(
+                    None => found.push(Problem::new(
                         path,
                         format!(
                             "environment variable {name:?} is not set: it holds tenant {:?}'s API key",
                             tenant.id
                         ),
                     )),
-                    Some("") => found.push(ConfigError::new(
+                    Some("") => found.push(Problem::new(
                         path,
                         format!("environment variable {name:?} is empty"),
                     )),
@@ -182,7 +182,7 @@ impl ServerConfig {
         }
         let name = &self.trace.digest_key_env;
         if !self.trace.generate_digest_key && !env.is_set(name) {
-            found.push(ConfigError::new(
+            found.push(Problem::new(
                 "trace.digest_key_env",
                 format!(
                     "environment variable {name:?} is not set: serve refuses to start without a digest key (or set generate_digest_key = true to keep a generated key beside the trace store)"
@@ -207,7 +207,7 @@ impl ServerConfig {
             } else {
                 continue;
             };
-            found.push(ConfigError::new(
+            found.push(Problem::new(
                 key_path(&index_path("tenants", at), "api_key_env"),
                 format!(
                     "tenants {:?} and {:?} have the same API key: two tenants cannot share a key",
@@ -347,7 +347,7 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<ServerConfig, 
                 tenants,
             })
         }
-        _ => Err(ConfigErrors::new(file, problems.into_errors())),
+        _ => Err(ConfigErrors::new(file, problems.into_screened())),
     }
 }
 
