@@ -13,12 +13,13 @@ use super::{
     unknown_keys,
 };
 use crate::providers::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
+use crate::providers::endpoint::{self, Violation};
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use url::{Host, Url};
+use url::Url;
 
 /// Provider timeout when neither the provider nor `[defaults]` sets one.
 pub const DEFAULT_TIMEOUT_MS: u64 = 1000;
@@ -598,9 +599,8 @@ fn check_version(problems: &mut Problems, path: &str, raw: &RawIdentity) -> Opti
     }
 }
 
-/// An absolute `https://` URL, or `http://` to a loopback host; no credentials, query
-/// or fragment. Request data never goes in the URL, so nothing the URL carries can vary
-/// per request, and a credential in it would leak into logs and traces.
+/// An absolute URL that follows the endpoint rule ([`endpoint`]); every way it does not
+/// is a problem of its own.
 fn check_endpoint(problems: &mut Problems, path: &str, text: &str) -> Option<Url> {
     let url = match Url::parse(text.trim()) {
         Ok(url) => url,
@@ -616,56 +616,25 @@ fn check_endpoint(problems: &mut Problems, path: &str, text: &str) -> Option<Url
             return None;
         }
     };
-    let before = problems.len();
-    if !url.username().is_empty() || url.password().is_some() {
-        problems.add(
-            path,
-            format!("carries a user name or password, an inline credential, which is refused: {SECRET_HINT}"),
-        );
-    }
-    if url.query().is_some() {
-        problems.add(
-            path,
-            "has a query string: request data and settings never go in the URL (the lookup value travels only in the request body)",
-        );
-    }
-    if url.fragment().is_some() {
-        problems.add(path, "has a fragment: write the URL without `#…`");
-    }
-    match url.scheme() {
-        "https" => {}
-        "http" => {
-            if !url.host().is_some_and(|host| is_loopback(&host)) {
-                let host = url.host_str().unwrap_or_default();
-                problems.add(
-                    path,
-                    format!(
-                        "http:// is only allowed to a loopback host (localhost, 127.0.0.0/8, [::1]), not {host:?}: use https://"
-                    ),
-                );
-            }
-        }
-        other => problems.add(
-            path,
-            format!(
+    let violations = endpoint::violations(&url);
+    for violation in &violations {
+        let message = match violation {
+            Violation::Credentials => format!(
+                "carries a user name or password, an inline credential, which is refused: {SECRET_HINT}"
+            ),
+            Violation::Query => "has a query string: request data and settings never go in the URL (the lookup value travels only in the request body)".to_owned(),
+            Violation::Fragment => "has a fragment: write the URL without `#…`".to_owned(),
+            Violation::Insecure { host } => format!(
+                "http:// is only allowed to a loopback host (localhost, 127.0.0.0/8, [::1]), not {host:?}: use https://"
+            ),
+            Violation::UnsupportedScheme(other) => format!(
                 "scheme {other:?} is not supported: use https:// (http:// only to a loopback host)"
             ),
-        ),
+            Violation::NoHost => "has no host".to_owned(),
+        };
+        problems.add(path, message);
     }
-    if url.host_str().is_none_or(str::is_empty) {
-        problems.add(path, "has no host");
-    }
-    (problems.len() == before).then_some(url)
-}
-
-/// `localhost`, 127.0.0.0/8 and `::1`. Other names (`*.localhost`, hosts-file aliases)
-/// depend on the resolver, so they do not count.
-fn is_loopback(host: &Host<&str>) -> bool {
-    match host {
-        Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
-        Host::Ipv4(ip) => ip.is_loopback(),
-        Host::Ipv6(ip) => ip.is_loopback(),
-    }
+    violations.is_empty().then_some(url)
 }
 
 fn check_database(problems: &mut Problems, path: &str, database: &str) -> Option<String> {

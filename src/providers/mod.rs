@@ -3,6 +3,7 @@
 //! `ProviderActor` owns them and grants their use; callers run the I/O.
 
 pub mod bounds;
+pub mod endpoint;
 pub mod http;
 pub mod secrets;
 pub mod sqlite;
