@@ -106,19 +106,8 @@ impl Topology {
             let lines: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
             bail!("the environment is not ready:\n  {}", lines.join("\n  "));
         }
-        let store_path = match &config.trace.store {
-            crate::config::TraceStore::Sqlite(path) => path.clone(),
-        };
-        let key_dir = store_path
-            .parent()
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("."));
-        let digest_key = DigestKey::resolve(
-            env.get(&config.trace.digest_key_env),
-            &config.trace.digest_key_env,
-            config.trace.generate_digest_key,
-            &key_dir,
-        )?;
+        let store_path = config.trace.store_path().to_owned();
+        let digest_key = config.trace.digest_key_source().resolve(env)?;
         let settings = WriterSettings {
             queue_capacity: config.trace.queue_capacity,
             batch_size: config.trace.batch_size,

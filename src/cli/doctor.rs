@@ -18,13 +18,13 @@
 //! current-thread runtime created by the command; lines keep the config's order.
 
 use crate::config::{
-    ApiKey, Binding, EnvVars, ProviderBinding, ProviderKind, ServerConfig, TenantConfig, TraceStore,
+    ApiKey, Binding, EnvVars, ProviderBinding, ProviderKind, ServerConfig, TenantConfig,
 };
 use crate::project::Project;
 use crate::providers::http::HttpProvider;
 use crate::providers::sqlite::SqliteProvider;
 use crate::providers::{Secret, detail};
-use crate::trace::digest::{GENERATED_KEY_FILE, MIN_KEY_BYTES};
+use crate::trace::digest::MIN_KEY_BYTES;
 use clap::Args;
 use futures_util::future::join_all;
 use sha2::{Digest, Sha256};
@@ -248,24 +248,13 @@ fn api_key(report: &mut Report, subject: &str, tenant: &TenantConfig) {
     }
 }
 
-/// The folder of the trace store (where a generated digest key is kept, too).
-fn store_paths(server: &ServerConfig) -> (PathBuf, PathBuf) {
-    let store = match &server.trace.store {
-        TraceStore::Sqlite(path) => path.clone(),
-    };
-    let folder = match store.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    (store, folder)
-}
-
 /// The digest key `serve` would use: its env var (at least [`MIN_KEY_BYTES`]), or the
 /// generated key file beside the trace store (existing and long enough, or a folder
 /// where it can be created). The key itself is never read into a message.
 fn digest_key(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
     const SUBJECT: &str = "digest key";
-    let name = &server.trace.digest_key_env;
+    let source = server.trace.digest_key_source();
+    let name = &source.env_name;
     match env.get(name) {
         Some(value) if value.len() >= MIN_KEY_BYTES => {
             report.ok(SUBJECT, format!("environment variable {name:?} is set"));
@@ -289,7 +278,7 @@ fn digest_key(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
             );
             return;
         }
-        None if !server.trace.generate_digest_key => {
+        None if !source.generate => {
             report.fail(
                 SUBJECT,
                 format!(
@@ -300,8 +289,7 @@ fn digest_key(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
         }
         None => {}
     }
-    let (_, folder) = store_paths(server);
-    let key_file = folder.join(GENERATED_KEY_FILE);
+    let key_file = source.key_file();
     let shared = format!(
         "every replica writing the same trace store needs the same key: set {name:?} in a real deployment"
     );
@@ -321,7 +309,7 @@ fn digest_key(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
             ),
         ),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            match probe_writable(&folder) {
+            match probe_writable(&source.folder) {
                 Ok(_) => report.warn(
                     SUBJECT,
                     format!(
@@ -352,7 +340,8 @@ fn digest_key(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
 /// store is not opened: opening would create or migrate it.
 fn trace_store(report: &mut Report, server: &ServerConfig) {
     const SUBJECT: &str = "trace store";
-    let (store, folder) = store_paths(server);
+    let store = server.trace.store_path();
+    let folder = server.trace.store_folder();
     match probe_writable(&folder) {
         Err(problem) => report.fail(
             SUBJECT,
@@ -361,7 +350,7 @@ fn trace_store(report: &mut Report, server: &ServerConfig) {
                 store.display()
             ),
         ),
-        Ok(_) if std::fs::metadata(&store).is_ok_and(|m| m.permissions().readonly()) => report
+        Ok(_) if std::fs::metadata(store).is_ok_and(|m| m.permissions().readonly()) => report
             .fail(
                 SUBJECT,
                 format!("{} is a read-only file: serve cannot write traces", store.display()),

@@ -17,6 +17,7 @@
 mod binding;
 mod env;
 mod server;
+mod trace_store;
 
 pub use binding::{
     Binding, CacheSettings, CircuitSettings, DEFAULT_RETENTION_TTL, DEFAULT_TIMEOUT_MS,
@@ -27,6 +28,7 @@ pub use server::{
     ApiKey, Limits, MetricsSettings, ProjectRef, ServerConfig, ServerSettings, TenantConfig,
     TraceSettings, TraceStore,
 };
+pub use trace_store::DigestKeySource;
 
 use crate::providers::secrets;
 use crate::validation::{Problem, Problems};
