@@ -5,11 +5,9 @@
 
 use super::provider::{Observe, ProviderActor, ProviderGate, ProviderSnapshot, Shutdown};
 use crate::config::Retention;
-use crate::config::{Binding, EnvVars, ProviderKind, ServerConfig};
+use crate::config::{Binding, EnvVars, ServerConfig};
 use crate::project::Project;
-use crate::providers::http::HttpProvider;
-use crate::providers::sqlite::SqliteProvider;
-use crate::providers::{Implementation, Secret};
+use crate::providers::Implementation;
 use crate::trace::DigestKey;
 use crate::trace::writer::{self, TraceSender, TraceWriterHandle, WriterSettings};
 use actix::prelude::*;
@@ -155,8 +153,9 @@ impl Topology {
                             runtime.providers.insert(spec.id.clone(), handle.clone());
                             continue;
                         }
-                        let implementation =
-                            implementation(provider, env).await.with_context(|| {
+                        let implementation = Implementation::build(provider, env)
+                            .await
+                            .with_context(|| {
                                 format!("tenant {}: provider {}", tenant.id, spec.id)
                             })?;
                         let gate = Arc::new(ProviderGate::new(
@@ -256,44 +255,6 @@ impl Topology {
             "traces flushed"
         );
         Ok(())
-    }
-}
-
-/// Builds the implementation a binding names. SQLite files are opened (read-only) and
-/// their query prepared now, so a broken binding stops `serve` instead of failing turns.
-async fn implementation(
-    binding: &crate::config::ProviderBinding,
-    env: &EnvVars,
-) -> anyhow::Result<Implementation> {
-    match &binding.kind {
-        ProviderKind::Http {
-            endpoint,
-            secret_env,
-        } => {
-            let secret = match secret_env {
-                Some(name) => {
-                    Some(Secret::new(env.get(name).ok_or_else(|| {
-                        anyhow!("secret env var {name} is not set")
-                    })?))
-                }
-                None => None,
-            };
-            let provider =
-                HttpProvider::new(endpoint.clone(), secret, &binding.pool, binding.timeout)
-                    .map_err(|e| anyhow!("{e}"))?;
-            Ok(Implementation::Http(provider))
-        }
-        ProviderKind::Sqlite { database, query } => {
-            let provider = SqliteProvider::open(database, query, &binding.pool)
-                .await
-                .map_err(|e| anyhow!("{e}"))?;
-            Ok(Implementation::Sqlite(provider))
-        }
-        #[allow(unreachable_patterns)]
-        other => bail!(
-            "provider type {} is not available in this version",
-            other.type_name()
-        ),
     }
 }
 

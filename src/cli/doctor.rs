@@ -23,7 +23,7 @@ use crate::config::{
 use crate::project::Project;
 use crate::providers::http::HttpProvider;
 use crate::providers::sqlite::SqliteProvider;
-use crate::providers::{Secret, detail};
+use crate::providers::{Implementation, SetupError, detail};
 use crate::trace::digest::MIN_KEY_BYTES;
 use clap::Args;
 use futures_util::future::join_all;
@@ -558,80 +558,79 @@ async fn check_tenant(report: &mut Report, tenant: &TenantConfig, env: &EnvVars)
     }
 }
 
-/// The checks of one binding entry, by type.
+/// The checks of one binding entry: what can be judged before building it (an HTTP
+/// provider's TLS rule and secret), the build `serve` does at start-up, then readiness
+/// by type. Pools are closed after.
 async fn check_provider(subject: String, provider: &ProviderBinding, env: &EnvVars) -> Vec<Check> {
     let mut report = Report::default();
-    match &provider.kind {
-        ProviderKind::Sqlite { database, query } => {
-            check_sqlite(&mut report, &subject, provider, database, query).await;
-        }
-        ProviderKind::Http {
-            endpoint,
-            secret_env,
-        } => {
-            check_http(
-                &mut report,
-                &subject,
-                provider,
-                endpoint,
-                secret_env.as_deref(),
-                env,
-            )
-            .await;
-        }
-        #[allow(unreachable_patterns)] // provider types this version does not serve yet
-        other => report.fail(
-            &subject,
-            format!(
-                "provider type {} is not available in this version",
-                other.type_name()
-            ),
-        ),
+    if let ProviderKind::Http {
+        endpoint,
+        secret_env,
+    } = &provider.kind
+        && !check_http_binding(&mut report, &subject, endpoint, secret_env.as_deref(), env)
+    {
+        return report.checks;
     }
+    let built =
+        tokio::time::timeout(SQLITE_CHECK_LIMIT, Implementation::build(provider, env)).await;
+    let implementation = match built {
+        Ok(Ok(implementation)) => implementation,
+        Ok(Err(SetupError::Http(error))) => {
+            report.fail(&subject, format!("cannot set up the client: {error}"));
+            return report.checks;
+        }
+        Ok(Err(error)) => {
+            report.fail(&subject, error.to_string());
+            return report.checks;
+        }
+        Err(_) => {
+            report.fail(
+                &subject,
+                format!(
+                    "{}: not opened within {} s",
+                    target(provider),
+                    SQLITE_CHECK_LIMIT.as_secs()
+                ),
+            );
+            return report.checks;
+        }
+    };
+    match &implementation {
+        Implementation::Sqlite(sqlite) => {
+            check_sqlite(&mut report, &subject, provider, sqlite).await
+        }
+        Implementation::Http(client) => {
+            check_describe(&mut report, &subject, provider, client).await
+        }
+    }
+    implementation.close();
     report.checks
 }
 
-/// Opens the file read-only and prepares the query, exactly as `serve` does at start-up,
-/// then closes the pool. Whether a write is refused is the provider's own tested
+/// What a binding entry points at, for messages: `database …` or `endpoint …`.
+fn target(provider: &ProviderBinding) -> String {
+    match &provider.kind {
+        ProviderKind::Http { endpoint, .. } => format!("endpoint {endpoint}"),
+        ProviderKind::Sqlite { database, .. } => format!("database {}", database.display()),
+    }
+}
+
+/// The file opened read-only and the query prepared, exactly as `serve` does at start-up;
+/// then its readiness check. Whether a write is refused is the provider's own tested
 /// guarantee, not re-tested here.
 async fn check_sqlite(
     report: &mut Report,
     subject: &str,
     provider: &ProviderBinding,
-    database: &Path,
-    query: &str,
+    sqlite: &SqliteProvider,
 ) {
-    let opened = tokio::time::timeout(
-        SQLITE_CHECK_LIMIT,
-        SqliteProvider::open(database, query, &provider.pool),
-    )
-    .await;
-    let sqlite = match opened {
-        Err(_) => {
-            report.fail(
-                subject,
-                format!(
-                    "database {}: not opened within {} s",
-                    database.display(),
-                    SQLITE_CHECK_LIMIT.as_secs()
-                ),
-            );
-            return;
-        }
-        Ok(Err(error)) => {
-            report.fail(subject, error.to_string());
-            return;
-        }
-        Ok(Ok(sqlite)) => sqlite,
-    };
     let checked = tokio::time::timeout(SQLITE_CHECK_LIMIT, sqlite.check()).await;
-    sqlite.close();
     match checked {
         Ok(Ok(())) => report.ok(
             subject,
             format!(
-                "database {} opens read-only and the query prepares with ?1 as its only parameter (version {})",
-                database.display(),
+                "{} opens read-only and the query prepares with ?1 as its only parameter (version {})",
+                target(provider),
                 provider.version.as_deref().unwrap_or("-")
             ),
         ),
@@ -639,23 +638,23 @@ async fn check_sqlite(
         Err(_) => report.fail(
             subject,
             format!(
-                "database {}: readiness check did not finish within {} s",
-                database.display(),
+                "{}: readiness check did not finish within {} s",
+                target(provider),
                 SQLITE_CHECK_LIMIT.as_secs()
             ),
         ),
     }
 }
 
-/// TLS rule, secret presence, then a `describe` probe within the binding's timeout.
-async fn check_http(
+/// The TLS rule and the secret's presence; `false` when the provider cannot
+/// authenticate, so no probe is sent.
+fn check_http_binding(
     report: &mut Report,
     subject: &str,
-    provider: &ProviderBinding,
     endpoint: &url::Url,
     secret_env: Option<&str>,
     env: &EnvVars,
-) {
+) -> bool {
     if endpoint.scheme() == "https" {
         report.ok(subject, format!("endpoint {endpoint} uses https"));
     } else {
@@ -666,40 +665,41 @@ async fn check_http(
             ),
         );
     }
-    let secret = match secret_env {
-        None => None,
-        Some(name) => match env.get(name) {
-            None | Some("") => {
-                let state = if env.get(name).is_some() {
-                    "is empty"
-                } else {
-                    "is not set"
-                };
-                report.fail(
-                    subject,
-                    format!(
-                        "secret_env: environment variable {name:?} {state}: the provider cannot authenticate (describe not probed)"
-                    ),
-                );
-                return;
-            }
-            Some(value) => {
-                report.ok(
-                    subject,
-                    format!("secret_env: environment variable {name:?} is set"),
-                );
-                Some(Secret::new(value))
-            }
-        },
+    let Some(name) = secret_env else {
+        return true;
     };
-    let client = match HttpProvider::new(endpoint.clone(), secret, &provider.pool, provider.timeout)
-    {
-        Ok(client) => client,
-        Err(error) => {
-            report.fail(subject, format!("cannot set up the client: {error}"));
-            return;
+    match env.get(name) {
+        None | Some("") => {
+            let state = if env.get(name).is_some() {
+                "is empty"
+            } else {
+                "is not set"
+            };
+            report.fail(
+                subject,
+                format!(
+                    "secret_env: environment variable {name:?} {state}: the provider cannot authenticate (describe not probed)"
+                ),
+            );
+            false
         }
-    };
+        Some(_) => {
+            report.ok(
+                subject,
+                format!("secret_env: environment variable {name:?} is set"),
+            );
+            true
+        }
+    }
+}
+
+/// A `describe` probe within the binding's timeout.
+async fn check_describe(
+    report: &mut Report,
+    subject: &str,
+    provider: &ProviderBinding,
+    client: &HttpProvider,
+) {
     let timeout_ms = provider.timeout.as_millis();
     let started = Instant::now();
     match client.describe(started + provider.timeout).await {
