@@ -3,8 +3,10 @@
 //!
 //! Where `ctxd validate` stops at the files and the environment, doctor also touches what
 //! `serve` would touch at start-up, without starting anything:
-//! - the server config, every tenant's Projects and Bindings load (the same loaders and
-//!   cross-checks as `validate`: a required provider without a binding entry fails);
+//! - the server config, every tenant's Projects and Bindings load, resolved as `validate`
+//!   and `serve` resolve them ([`Deployment::resolve`]); a problem fails when its severity
+//!   stops `serve` or breaks turns (a required provider without a binding entry), and
+//!   warns when it does neither (a binding entry no project declares);
 //! - the environment: tenant API keys by env reference, every `secret_env`, the digest key
 //!   (its env var, or `generate_digest_key` with a usable folder for the key file);
 //! - the trace store's folder accepts a new file (a temp file is created and removed; the
@@ -17,10 +19,8 @@
 //! provider failures are a status and a fixed detail. Probes run concurrently on a small
 //! current-thread runtime created by the command; lines keep the config's order.
 
-use crate::config::{
-    ApiKey, Binding, EnvVars, ProviderBinding, ProviderKind, ServerConfig, TenantConfig,
-};
-use crate::project::Project;
+use crate::config::{ApiKey, EnvVars, ProviderBinding, ProviderKind, ServerConfig, TenantConfig};
+use crate::deployment::{Deployment, DeploymentProblem, ProblemKind, Severity, TenantDeployment};
 use crate::providers::http::HttpProvider;
 use crate::providers::sqlite::SqliteProvider;
 use crate::providers::{Implementation, SetupError, detail};
@@ -28,7 +28,6 @@ use crate::trace::digest::MIN_KEY_BYTES;
 use clap::Args;
 use futures_util::future::join_all;
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::io::Write as _;
@@ -63,6 +62,14 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// A problem that stops `serve` or breaks turns fails; one that does neither warns.
+    pub fn of(severity: Severity) -> Verdict {
+        match severity {
+            Severity::Fatal | Severity::Degraded => Verdict::Fail,
+            Severity::Warning => Verdict::Warn,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Ok => "ok",
@@ -119,6 +126,16 @@ impl Report {
 
     fn fail(&mut self, subject: impl Into<String>, message: impl Into<String>) {
         self.push(Verdict::Fail, subject, message);
+    }
+
+    /// A line about a deployment problem, with the verdict its severity calls for.
+    fn problem(
+        &mut self,
+        subject: impl Into<String>,
+        problem: &DeploymentProblem,
+        message: impl Into<String>,
+    ) {
+        self.push(Verdict::of(problem.severity()), subject, message);
     }
 
     pub fn count(&self, verdict: Verdict) -> usize {
@@ -186,43 +203,26 @@ pub async fn diagnose(config: &Path, env: &EnvVars) -> Report {
         ),
     );
 
-    // Environment problems of the config, per tenant where they belong. The digest key
-    // has its own, more thorough check below.
-    let mut tenant_env: HashMap<usize, Vec<String>> = HashMap::new();
-    for error in server.environment_problems(env) {
-        if error.path == "trace.digest_key_env" {
-            continue;
-        }
-        match tenant_index(&error.path) {
-            Some(index) => tenant_env
-                .entry(index)
-                .or_default()
-                .push(format!("{file}: {error}")),
-            None => report.fail("config", format!("{file}: {error}")),
-        }
-    }
+    let deployment = Deployment::resolve(&server, env);
+    // The digest key's problem is told by its own, more thorough check.
     digest_key(&mut report, &server, env);
     trace_store(&mut report, &server);
 
-    for (index, tenant) in server.tenants.iter().enumerate() {
+    for (tenant, resolved) in server.tenants.iter().zip(&deployment.tenants) {
         let subject = format!("tenant {}", tenant.id);
-        match tenant_env.remove(&index) {
-            Some(problems) => {
-                for problem in problems {
-                    report.fail(&subject, problem);
-                }
-            }
-            None => api_key(&mut report, &subject, tenant),
+        let mut key_problems = deployment
+            .problems_of(resolved.index)
+            .filter(|p| p.kind == ProblemKind::ApiKey)
+            .peekable();
+        if key_problems.peek().is_none() {
+            api_key(&mut report, &subject, tenant);
         }
-        check_tenant(&mut report, tenant, env).await;
+        for problem in key_problems {
+            report.problem(&subject, problem, problem.to_string());
+        }
+        check_tenant(&mut report, tenant, resolved, &deployment, env).await;
     }
     report
-}
-
-/// `tenants[3].api_key_env` → 3.
-fn tenant_index(path: &str) -> Option<usize> {
-    let rest = path.strip_prefix("tenants[")?;
-    rest[..rest.find(']')?].parse().ok()
 }
 
 fn plural(n: usize, noun: &str) -> String {
@@ -422,139 +422,137 @@ fn probe_writable(folder: &Path) -> Result<Probe, String> {
     })
 }
 
-/// One binding file as a tenant's projects use it.
-struct BindingUse {
-    path: PathBuf,
-    binding: Option<Binding>,
-    /// Provider ids the projects using this binding declare.
-    declared: BTreeSet<String>,
-    /// Whether every project using it loaded, so `declared` is complete.
-    all_projects_loaded: bool,
-}
-
 type Probes<'a> = Vec<Pin<Box<dyn Future<Output = Vec<Check>> + 'a>>>;
 
-async fn check_tenant(report: &mut Report, tenant: &TenantConfig, env: &EnvVars) {
+/// The tenant's Projects and Bindings in the config's order, each with whether it loaded
+/// and its problems, then every binding entry's own checks. A missing `secret_env` is told
+/// by the entry's checks, which then send no probe.
+async fn check_tenant(
+    report: &mut Report,
+    tenant: &TenantConfig,
+    resolved: &TenantDeployment,
+    deployment: &Deployment,
+    env: &EnvVars,
+) {
     let subject = format!("tenant {}", tenant.id);
-    let mut uses: Vec<BindingUse> = Vec::new();
-    let mut project_ids: HashMap<String, PathBuf> = HashMap::new();
-    for reference in &tenant.projects {
+    let problems: Vec<&DeploymentProblem> = deployment.problems_of(resolved.index).collect();
+    let mut bindings_told: Vec<&Path> = Vec::new();
+    for (index, reference) in tenant.projects.iter().enumerate() {
         let project_file = reference.path.display().to_string();
-        let project = match Project::load(&reference.path) {
-            Ok(project) => {
-                report.ok(
-                    &subject,
-                    format!(
-                        "project {} {} loads ({project_file}, {})",
-                        project.id(),
-                        project.doc.version,
-                        plural(project.providers.len(), "provider")
-                    ),
-                );
-                Some(project)
-            }
-            Err(error) => {
-                for line in error.problems() {
-                    let line = if line.starts_with(&project_file) {
-                        line
-                    } else {
-                        format!("{project_file}: {line}")
-                    };
-                    report.fail(&subject, format!("project {line}"));
-                }
-                None
-            }
-        };
-        let position = match uses.iter().position(|u| u.path == reference.binding) {
-            Some(position) => position,
-            None => {
-                let binding_file = reference.binding.display().to_string();
-                let binding = match Binding::load(&reference.binding) {
-                    Ok(binding) => {
-                        report.ok(
-                            &subject,
-                            format!(
-                                "binding {binding_file} loads (revision {:?}, {}, {})",
-                                binding.revision,
-                                plural(binding.providers.len(), "provider"),
-                                binding.digest
-                            ),
-                        );
-                        Some(binding)
-                    }
-                    Err(errors) => {
-                        for line in errors.lines() {
-                            report.fail(&subject, format!("binding {line}"));
-                        }
-                        None
-                    }
-                };
-                uses.push(BindingUse {
-                    path: reference.binding.clone(),
-                    binding,
-                    declared: BTreeSet::new(),
-                    all_projects_loaded: true,
-                });
-                uses.len() - 1
-            }
-        };
-        let use_ = &mut uses[position];
-        let Some(project) = project else {
-            use_.all_projects_loaded = false;
-            continue;
-        };
-        if let Some(first) = project_ids.insert(project.id().to_owned(), reference.path.clone()) {
-            report.fail(
+        let loaded = resolved.projects.iter().find(|p| p.index == index);
+        match loaded {
+            Some(loaded) => report.ok(
                 &subject,
                 format!(
-                    "project {} ({project_file}) is already served by this tenant from {}",
-                    project.id(),
-                    first.display()
+                    "project {} {} loads ({project_file}, {})",
+                    loaded.project.id(),
+                    loaded.project.doc.version,
+                    plural(loaded.project.providers.len(), "provider")
                 ),
-            );
+            ),
+            None => {
+                for problem in &problems {
+                    if problem.kind == (ProblemKind::Project { project: index }) {
+                        report.problem(&subject, problem, format!("project {problem}"));
+                    }
+                }
+            }
         }
-        for spec in &project.providers {
-            use_.declared.insert(spec.id.clone());
-            if let Some(binding) = &use_.binding
-                && !binding.providers.contains_key(&spec.id)
-            {
-                report.fail(
-                    format!("{subject}, provider {}", spec.id),
-                    format!(
-                        "required by project {} but {} has no entry for it: its layers would be NOT_BOUND",
-                        project.id(),
-                        use_.path.display()
-                    ),
-                );
+        if !bindings_told.contains(&reference.binding.as_path()) {
+            bindings_told.push(&reference.binding);
+            binding_loads(report, &subject, &reference.binding, resolved, &problems);
+        }
+        let Some(loaded) = loaded else {
+            continue;
+        };
+        for problem in &problems {
+            match &problem.kind {
+                ProblemKind::ProjectServedTwice { project, first } if *project == index => {
+                    report.problem(
+                        &subject,
+                        problem,
+                        format!(
+                            "project {} ({project_file}) is already served by this tenant from {}",
+                            loaded.project.id(),
+                            tenant.projects[*first].path.display()
+                        ),
+                    );
+                }
+                ProblemKind::Unbound { project, provider } if *project == index => {
+                    report.problem(
+                        format!("{subject}, provider {provider}"),
+                        problem,
+                        format!(
+                            "required by project {} but {} has no entry for it: its layers would be NOT_BOUND",
+                            loaded.project.id(),
+                            reference.binding.display()
+                        ),
+                    );
+                }
+                _ => {}
             }
         }
     }
 
     let mut probes: Probes<'_> = Vec::new();
-    for use_ in &uses {
-        let Some(binding) = &use_.binding else {
-            continue;
-        };
-        for provider in binding.providers.values() {
+    for binding in &resolved.bindings {
+        for provider in binding.binding.providers.values() {
             let subject = format!(
                 "{subject}, provider {} ({})",
                 provider.id,
                 provider.kind.type_name()
             );
-            if use_.all_projects_loaded && !use_.declared.contains(&provider.id) {
-                report.warn(
-                    &subject,
-                    format!(
-                        "no project of the tenant that uses {} declares it: serve never calls it (ctxd validate reports it)",
-                        use_.path.display()
-                    ),
-                );
+            for problem in &problems {
+                if let ProblemKind::Undeclared {
+                    binding: path,
+                    provider: id,
+                } = &problem.kind
+                    && *path == binding.path
+                    && *id == provider.id
+                {
+                    report.problem(
+                        &subject,
+                        problem,
+                        format!(
+                            "no project of the tenant that uses {} declares it: serve never calls it (ctxd validate reports it)",
+                            binding.path.display()
+                        ),
+                    );
+                }
             }
             probes.push(Box::pin(check_provider(subject, provider, env)));
         }
     }
     for checks in join_all(probes).await {
         report.checks.extend(checks);
+    }
+}
+
+/// Whether the binding file at `path` loaded, or its problems.
+fn binding_loads(
+    report: &mut Report,
+    subject: &str,
+    path: &Path,
+    resolved: &TenantDeployment,
+    problems: &[&DeploymentProblem],
+) {
+    if let Some(loaded) = resolved.bindings.iter().find(|b| b.path == path) {
+        report.ok(
+            subject,
+            format!(
+                "binding {} loads (revision {:?}, {}, {})",
+                path.display(),
+                loaded.binding.revision,
+                plural(loaded.binding.providers.len(), "provider"),
+                loaded.binding.digest
+            ),
+        );
+        return;
+    }
+    for problem in problems {
+        if matches!(&problem.kind, ProblemKind::Binding { binding } if binding == path) {
+            report.problem(subject, problem, format!("binding {problem}"));
+        }
     }
 }
 
@@ -763,14 +761,6 @@ fn explain(detail: &str, status: &str, timeout_ms: u128) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tenant_indexes_come_from_config_paths() {
-        assert_eq!(tenant_index("tenants[0].api_key_env"), Some(0));
-        assert_eq!(tenant_index("tenants[12].api_key_env"), Some(12));
-        assert_eq!(tenant_index("trace.digest_key_env"), None);
-        assert_eq!(tenant_index("tenants[x]"), None);
-    }
 
     #[test]
     fn checks_print_verdict_subject_and_message() {

@@ -25,8 +25,8 @@ pub use binding::{
 };
 pub use env::EnvVars;
 pub use server::{
-    ApiKey, Limits, MetricsSettings, ProjectRef, ServerConfig, ServerSettings, TenantConfig,
-    TraceSettings, TraceStore,
+    ApiKey, EnvironmentNeed, EnvironmentProblem, Limits, MetricsSettings, ProjectRef, ServerConfig,
+    ServerSettings, TenantConfig, TraceSettings, TraceStore,
 };
 pub use trace_store::DigestKeySource;
 
