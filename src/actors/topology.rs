@@ -286,7 +286,7 @@ fn refuse_or_warn(
     }
     for problem in deployment.problems.iter().filter(applies) {
         if let ProblemKind::Unbound { provider, .. } = &problem.kind {
-            tracing::warn!(tenant = tenant_id(problem).unwrap_or_default(), provider = %provider, "provider has no binding; its layers will be NOT_BOUND");
+            tracing::warn!(tenant = %tenant_id(problem).unwrap_or_default(), provider = %provider, "provider has no binding; its layers will be NOT_BOUND");
         }
     }
     Ok(())
