@@ -458,4 +458,6 @@ fn check_binding_use(
 }
 
 #[cfg(test)]
+pub(crate) mod test_files;
+#[cfg(test)]
 mod tests;

@@ -763,6 +763,73 @@ mod tests {
     use super::*;
 
     #[test]
+    fn verdicts_follow_the_severity() {
+        assert_eq!(Verdict::of(Severity::Fatal), Verdict::Fail);
+        assert_eq!(Verdict::of(Severity::Degraded), Verdict::Fail);
+        assert_eq!(Verdict::of(Severity::Warning), Verdict::Warn);
+    }
+
+    #[tokio::test]
+    async fn problems_are_told_under_their_tenant_with_their_severity() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = r#"{"id": "support", "version": "1", "layers": [{"id": "policy", "name": "Policy", "content": "Be kind."}]}"#;
+        std::fs::write(dir.path().join("project.json"), project).unwrap();
+        std::fs::write(
+            dir.path().join("binding.toml"),
+            "revision = \"r1\"\n[providers.tickets]\ntype = \"http\"\nendpoint = \"https://tickets.internal/context\"\nsecret_env = \"TICKETS_TOKEN\"\n",
+        )
+        .unwrap();
+        let config = dir.path().join("ctxd.toml");
+        std::fs::write(
+            &config,
+            concat!(
+                "[trace]\ngenerate_digest_key = true\n",
+                "[[tenants]]\nid = \"demo\"\napi_key_env = \"DEMO_KEY\"\n",
+                "[[tenants.projects]]\npath = \"project.json\"\nbinding = \"binding.toml\"\n",
+                "[[tenants]]\nid = \"acme\"\napi_key_env = \"ACME_KEY\"\n",
+                "[[tenants.projects]]\npath = \"project.json\"\nbinding = \"binding.toml\"\n",
+            ),
+        )
+        .unwrap();
+        let env: EnvVars = [("DEMO_KEY", "demo-key-value")].into_iter().collect();
+        let report = diagnose(&config, &env).await;
+        let lines = |subject: &str| -> Vec<String> {
+            report
+                .checks
+                .iter()
+                .filter(|c| c.subject == subject)
+                .map(ToString::to_string)
+                .collect()
+        };
+        let acme_key = lines("tenant acme");
+        assert!(
+            acme_key[0].starts_with("FAIL  tenant acme: ")
+                && acme_key[0].ends_with(
+                    "tenants[1].api_key_env: environment variable \"ACME_KEY\" is not set: it holds tenant \"acme\"'s API key"
+                ),
+            "{report:#?}"
+        );
+        assert!(
+            lines("tenant demo")[0].starts_with("ok    tenant demo: API key from environment"),
+            "{report:#?}"
+        );
+        let tickets = lines("tenant demo, provider tickets (http)");
+        assert!(
+            tickets[0].starts_with(
+                "warn  tenant demo, provider tickets (http): no project of the tenant"
+            ),
+            "{tickets:#?}"
+        );
+        assert!(
+            tickets
+                .iter()
+                .any(|line| line.starts_with("FAIL")
+                    && line.contains("\"TICKETS_TOKEN\" is not set")),
+            "{tickets:#?}"
+        );
+    }
+
+    #[test]
     fn checks_print_verdict_subject_and_message() {
         let mut report = Report::default();
         report.ok("config", "loads");

@@ -129,23 +129,8 @@ pub fn check(config: &Path, env: &EnvVars) -> Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::deployment::test_files::{CUSTOMER_DATA, ORDERS, PROJECT};
     use std::fs;
-
-    const PROJECT: &str = r#"{
-        "id": "support", "version": "1.0.0",
-        "providers": [
-            { "id": "customer-data", "name": "Customer data", "lookup": { "input": "customerId" } },
-            { "id": "orders", "name": "Orders", "lookup": { "input": "customerId" } }
-        ],
-        "layers": [
-            { "id": "policy", "name": "Policy", "content": "Refunds over 500 EUR need approval." },
-            { "id": "profile", "name": "Profile", "bindings": [{ "provider": "customer-data" }] },
-            { "id": "orders", "name": "Orders", "bindings": [{ "provider": "orders" }] }
-        ]
-    }"#;
-
-    const CUSTOMER_DATA: &str = "[providers.customer-data]\ntype = \"http\"\nendpoint = \"https://crm.internal/context\"\nsecret_env = \"CRM_TOKEN\"\n";
-    const ORDERS: &str = "[providers.orders]\ntype = \"sqlite\"\ndatabase = \"orders.db\"\nquery = \"SELECT id FROM orders WHERE customer_id = ?1\"\nversion = \"v1\"\n";
 
     /// A deployment in a temp dir: `config/ctxd.toml`, `project.json`, and
     /// `config/bindings/acme.toml` holding `binding_tables`.

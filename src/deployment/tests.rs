@@ -1,20 +1,7 @@
+use super::test_files::{CUSTOMER_DATA, ORDERS, PROJECT};
 use super::*;
 use std::fs;
 
-const PROJECT: &str = r#"{
-    "id": "support", "version": "1.0.0",
-    "providers": [
-        { "id": "customer-data", "name": "Customer data", "lookup": { "input": "customerId" } },
-        { "id": "orders", "name": "Orders", "lookup": { "input": "customerId" } }
-    ],
-    "layers": [
-        { "id": "profile", "name": "Profile", "bindings": [{ "provider": "customer-data" }] },
-        { "id": "orders", "name": "Orders", "bindings": [{ "provider": "orders" }] }
-    ]
-}"#;
-
-const CUSTOMER_DATA: &str = "[providers.customer-data]\ntype = \"http\"\nendpoint = \"https://crm.internal/context\"\nsecret_env = \"CRM_TOKEN\"\n";
-const ORDERS: &str = "[providers.orders]\ntype = \"sqlite\"\ndatabase = \"orders.db\"\nquery = \"SELECT id FROM orders WHERE customer_id = ?1\"\nversion = \"v1\"\n";
 const TICKETS: &str = "[providers.tickets]\ntype = \"http\"\nendpoint = \"https://tickets.internal/context\"\nsecret_env = \"TICKETS_TOKEN\"\n";
 
 const ENV: &[(&str, &str)] = &[
