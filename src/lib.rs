@@ -11,6 +11,8 @@
 //! - [`contract`] — wire types: statuses, items, `context-provider.v1` messages.
 //! - [`project`] — Context Projects: model, refusals, validation, Build.
 //! - [`config`] — server config, tenants and Deployment Bindings.
+//! - [`deployment`] — every tenant's Projects and Bindings resolved together, with every problem.
+//! - [`validation`] — a problem at a path, the collector of every problem, the id grammar.
 //! - [`gate`] — the per-layer invocation decision (pure).
 //! - [`kernel`] — from outcomes to layer statuses, blocking, budget and rendered text (pure).
 //! - [`handles`] — material too large for a budget, behind opaque handles with bounded operations.
@@ -29,6 +31,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod contract;
+pub mod deployment;
 pub mod digest;
 pub mod fixtures;
 pub mod gate;
@@ -41,3 +44,4 @@ pub mod resilience;
 pub mod telemetry;
 pub mod trace;
 pub mod turn;
+pub mod validation;

@@ -1,15 +1,15 @@
-//! Starting and stopping the runtime: loads every tenant's Projects and Bindings, starts
-//! one `ProviderActor` per tenant × provider binding (spread over a few arbiters), and
+//! Starting and stopping the runtime: from the resolved deployment (every tenant's
+//! Projects and Bindings, refused on a fatal problem), starts one `ProviderActor` per
+//! tenant × binding file × provider id (spread over a few arbiters), and
 //! shuts down in order — providers stop and pools close only after the HTTP server has
 //! finished its in-flight turns.
 
 use super::provider::{Observe, ProviderActor, ProviderGate, ProviderSnapshot, Shutdown};
 use crate::config::Retention;
-use crate::config::{Binding, EnvVars, ProviderKind, ServerConfig};
+use crate::config::{EnvVars, ProviderBinding, ServerConfig};
+use crate::deployment::{Deployment, DeploymentProblem, ProblemKind, ResolvedProject, Severity};
 use crate::project::Project;
-use crate::providers::http::HttpProvider;
-use crate::providers::sqlite::SqliteProvider;
-use crate::providers::{Implementation, Secret};
+use crate::providers::Implementation;
 use crate::trace::DigestKey;
 use crate::trace::store::{ReaderPool, ReaderPoolSettings};
 use crate::trace::writer::{self, TraceSender, TraceWriterHandle, WriterSettings};
@@ -105,24 +105,21 @@ impl Topology {
         env: &EnvVars,
         mode: Mode,
     ) -> anyhow::Result<Topology> {
-        let problems = config.environment_problems(env);
-        if !problems.is_empty() {
-            let lines: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
-            bail!("the environment is not ready:\n  {}", lines.join("\n  "));
+        let deployment = Deployment::resolve(config, env);
+        let environment: Vec<String> = deployment
+            .problems
+            .iter()
+            .filter(|p| p.kind.is_environment())
+            .map(|p| p.problem.to_string())
+            .collect();
+        if !environment.is_empty() {
+            bail!(
+                "the environment is not ready:\n  {}",
+                environment.join("\n  ")
+            );
         }
-        let store_path = match &config.trace.store {
-            crate::config::TraceStore::Sqlite(path) => path.clone(),
-        };
-        let key_dir = store_path
-            .parent()
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("."));
-        let digest_key = DigestKey::resolve(
-            env.get(&config.trace.digest_key_env),
-            &config.trace.digest_key_env,
-            config.trace.generate_digest_key,
-            &key_dir,
-        )?;
+        let store_path = config.trace.store_path().to_owned();
+        let digest_key = config.trace.digest_key_source().resolve(env)?;
         let settings = WriterSettings {
             queue_capacity: config.trace.queue_capacity,
             batch_size: config.trace.batch_size,
@@ -131,75 +128,61 @@ impl Topology {
         };
         let (traces, writer) =
             writer::spawn(&store_path, &digest_key, settings).map_err(|e| anyhow!("{e}"))?;
+        refuse_or_warn(config, &deployment, mode)?;
+
         let arbiters: Vec<Arbiter> = (0..PROVIDER_ARBITERS).map(|_| Arbiter::new()).collect();
         let mut started: Vec<Addr<ProviderActor>> = Vec::new();
         let mut tenants = Vec::new();
         // One actor per tenant × binding file × provider id.
         let mut actors: HashMap<(String, PathBuf, String), ProviderHandle> = HashMap::new();
-        for tenant in &config.tenants {
+        for (tenant, resolved) in config.tenants.iter().zip(deployment.tenants) {
             let key_sha256 = tenant
                 .api_key
                 .sha256(env)
                 .ok_or_else(|| anyhow!("tenant {}: its API key is not available", tenant.id))?;
+            // Without fatal problems, each project id is here once.
             let mut projects = BTreeMap::new();
-            for reference in &tenant.projects {
-                let project = Project::load(&reference.path)
-                    .map_err(|e| anyhow!("tenant {}: {e}", tenant.id))?;
+            for resolved_project in resolved.projects {
+                let ResolvedProject {
+                    project,
+                    build_json,
+                    binding,
+                    providers: bound,
+                    ..
+                } = resolved_project;
                 let mut runtime = ProjectRuntime {
-                    build_json: project.build().to_json_pretty(),
+                    build_json,
                     build_recorded: AtomicBool::new(false),
                     project,
                     binding: None,
                     providers: HashMap::new(),
                 };
-                if mode == Mode::Live {
-                    let binding = Binding::load(&reference.binding)
-                        .map_err(|e| anyhow!("tenant {}: {e}", tenant.id))?;
-                    runtime.binding = Some((binding.revision.clone(), binding.digest.clone()));
-                    for spec in &runtime.project.providers {
-                        let Some(provider) = binding.providers.get(&spec.id) else {
-                            tracing::warn!(tenant = %tenant.id, provider = %spec.id, "provider has no binding; its layers will be NOT_BOUND");
-                            continue;
+                if let (Mode::Live, Some(binding)) = (mode, binding) {
+                    runtime.binding = Some((
+                        binding.binding.revision.clone(),
+                        binding.binding.digest.clone(),
+                    ));
+                    for provider in &bound {
+                        let key = (tenant.id.clone(), binding.path.clone(), provider.id.clone());
+                        let handle = match actors.get(&key) {
+                            Some(handle) => handle.clone(),
+                            None => {
+                                let handle = start_provider(
+                                    &tenant.id,
+                                    provider,
+                                    env,
+                                    &arbiters[started.len() % arbiters.len()],
+                                )
+                                .await?;
+                                started.push(handle.addr.clone());
+                                actors.insert(key, handle.clone());
+                                handle
+                            }
                         };
-                        let key = (
-                            tenant.id.clone(),
-                            reference.binding.clone(),
-                            spec.id.clone(),
-                        );
-                        if let Some(handle) = actors.get(&key) {
-                            runtime.providers.insert(spec.id.clone(), handle.clone());
-                            continue;
-                        }
-                        let implementation =
-                            implementation(provider, env).await.with_context(|| {
-                                format!("tenant {}: provider {}", tenant.id, spec.id)
-                            })?;
-                        let gate = Arc::new(ProviderGate::new(
-                            &tenant.id,
-                            &spec.id,
-                            implementation,
-                            provider,
-                        ));
-                        let actor = ProviderActor::new(Arc::clone(&gate));
-                        let arbiter = &arbiters[started.len() % arbiters.len()];
-                        let addr =
-                            ProviderActor::start_in_arbiter(&arbiter.handle(), move |_| actor);
-                        started.push(addr.clone());
-                        let handle = ProviderHandle {
-                            addr,
-                            gate,
-                            type_name: provider.kind.type_name(),
-                            retention: provider.retention,
-                            retention_ttl: provider.retention_ttl,
-                        };
-                        actors.insert(key, handle.clone());
-                        runtime.providers.insert(spec.id.clone(), handle);
+                        runtime.providers.insert(provider.id.clone(), handle);
                     }
                 }
-                let id = runtime.project.id().to_owned();
-                if projects.insert(id.clone(), Arc::new(runtime)).is_some() {
-                    bail!("tenant {}: project {id} is configured twice", tenant.id);
-                }
+                projects.insert(runtime.project.id().to_owned(), Arc::new(runtime));
             }
             tenants.push(Arc::new(TenantRuntime {
                 id: tenant.id.clone(),
@@ -280,42 +263,70 @@ impl Topology {
     }
 }
 
-/// Builds the implementation a binding names. SQLite files are opened (read-only) and
-/// their query prepared now, so a broken binding stops `serve` instead of failing turns.
-async fn implementation(
-    binding: &crate::config::ProviderBinding,
-    env: &EnvVars,
-) -> anyhow::Result<Implementation> {
-    match &binding.kind {
-        ProviderKind::Http {
-            endpoint,
-            secret_env,
-        } => {
-            let secret = match secret_env {
-                Some(name) => {
-                    Some(Secret::new(env.get(name).ok_or_else(|| {
-                        anyhow!("secret env var {name} is not set")
-                    })?))
-                }
-                None => None,
-            };
-            let provider =
-                HttpProvider::new(endpoint.clone(), secret, &binding.pool, binding.timeout)
-                    .map_err(|e| anyhow!("{e}"))?;
-            Ok(Implementation::Http(provider))
-        }
-        ProviderKind::Sqlite { database, query } => {
-            let provider = SqliteProvider::open(database, query, &binding.pool)
-                .await
-                .map_err(|e| anyhow!("{e}"))?;
-            Ok(Implementation::Sqlite(provider))
-        }
-        #[allow(unreachable_patterns)]
-        other => bail!(
-            "provider type {} is not available in this version",
-            other.type_name()
-        ),
+/// Refuses to start on the deployment's fatal problems (in fixtures mode, those of the
+/// files it reads: bindings are not used), and logs what degrades turns.
+fn refuse_or_warn(
+    config: &ServerConfig,
+    deployment: &Deployment,
+    mode: Mode,
+) -> anyhow::Result<()> {
+    let tenant_id = |problem: &DeploymentProblem| {
+        problem
+            .tenant
+            .and_then(|index| config.tenants.get(index))
+            .map(|tenant| tenant.id.as_str())
+    };
+    let applies =
+        |problem: &&DeploymentProblem| mode == Mode::Live || !problem.kind.concerns_bindings();
+    let refused: Vec<String> = deployment
+        .problems
+        .iter()
+        .filter(applies)
+        .filter(|p| p.severity() == Severity::Fatal)
+        .map(|p| match tenant_id(p) {
+            Some(tenant) => format!("tenant {tenant}: {p}"),
+            None => p.to_string(),
+        })
+        .collect();
+    if !refused.is_empty() {
+        bail!(
+            "the deployment cannot be served:\n  {}",
+            refused.join("\n  ")
+        );
     }
+    for problem in deployment.problems.iter().filter(applies) {
+        if let ProblemKind::Unbound { provider, .. } = &problem.kind {
+            tracing::warn!(tenant = %tenant_id(problem).unwrap_or_default(), provider = %provider, "provider has no binding; its layers will be NOT_BOUND");
+        }
+    }
+    Ok(())
+}
+
+/// Builds a binding's implementation and starts its actor on `arbiter`.
+async fn start_provider(
+    tenant: &str,
+    provider: &ProviderBinding,
+    env: &EnvVars,
+    arbiter: &Arbiter,
+) -> anyhow::Result<ProviderHandle> {
+    let implementation = Implementation::build(provider, env)
+        .await
+        .with_context(|| format!("tenant {tenant}: provider {}", provider.id))?;
+    let gate = Arc::new(ProviderGate::new(
+        tenant,
+        &provider.id,
+        implementation,
+        provider,
+    ));
+    let actor = ProviderActor::new(Arc::clone(&gate));
+    let addr = ProviderActor::start_in_arbiter(&arbiter.handle(), move |_| actor);
+    Ok(ProviderHandle {
+        addr,
+        gate,
+        type_name: provider.kind.type_name(),
+        retention: provider.retention,
+        retention_ttl: provider.retention_ttl,
+    })
 }
 
 impl Registry {

@@ -3,8 +3,10 @@
 //!
 //! Where `ctxd validate` stops at the files and the environment, doctor also touches what
 //! `serve` would touch at start-up, without starting anything:
-//! - the server config, every tenant's Projects and Bindings load (the same loaders and
-//!   cross-checks as `validate`: a required provider without a binding entry fails);
+//! - the server config, every tenant's Projects and Bindings load, resolved as `validate`
+//!   and `serve` resolve them ([`Deployment::resolve`]); a problem fails when its severity
+//!   stops `serve` or breaks turns (a required provider without a binding entry), and
+//!   warns when it does neither (a binding entry no project declares);
 //! - the environment: tenant API keys by env reference, every `secret_env`, the digest key
 //!   (its env var, or `generate_digest_key` with a usable folder for the key file);
 //! - the trace store's folder accepts a new file (a temp file is created and removed; the
@@ -17,19 +19,16 @@
 //! provider failures are a status and a fixed detail. Probes run concurrently on a small
 //! current-thread runtime created by the command; lines keep the config's order.
 
-use crate::config::{
-    ApiKey, Binding, EnvVars, ProviderBinding, ProviderKind, ServerConfig, TenantConfig, TraceStore,
-};
+use crate::config::{ApiKey, EnvVars, ProviderBinding, ProviderKind, ServerConfig, TenantConfig};
+use crate::deployment::{Deployment, DeploymentProblem, ProblemKind, Severity, TenantDeployment};
 use crate::outcome::Failure;
-use crate::project::Project;
-use crate::providers::Secret;
 use crate::providers::http::{DescribeError, HttpProvider};
 use crate::providers::sqlite::SqliteProvider;
-use crate::trace::digest::{GENERATED_KEY_FILE, MIN_KEY_BYTES};
+use crate::providers::{Implementation, SetupError};
+use crate::trace::digest::MIN_KEY_BYTES;
 use clap::Args;
 use futures_util::future::join_all;
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::io::Write as _;
@@ -64,6 +63,14 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// A problem that stops `serve` or breaks turns fails; one that does neither warns.
+    pub fn of(severity: Severity) -> Verdict {
+        match severity {
+            Severity::Fatal | Severity::Degraded => Verdict::Fail,
+            Severity::Warning => Verdict::Warn,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Ok => "ok",
@@ -120,6 +127,16 @@ impl Report {
 
     fn fail(&mut self, subject: impl Into<String>, message: impl Into<String>) {
         self.push(Verdict::Fail, subject, message);
+    }
+
+    /// A line about a deployment problem, with the verdict its severity calls for.
+    fn problem(
+        &mut self,
+        subject: impl Into<String>,
+        problem: &DeploymentProblem,
+        message: impl Into<String>,
+    ) {
+        self.push(Verdict::of(problem.severity()), subject, message);
     }
 
     pub fn count(&self, verdict: Verdict) -> usize {
@@ -187,43 +204,26 @@ pub async fn diagnose(config: &Path, env: &EnvVars) -> Report {
         ),
     );
 
-    // Environment problems of the config, per tenant where they belong. The digest key
-    // has its own, more thorough check below.
-    let mut tenant_env: HashMap<usize, Vec<String>> = HashMap::new();
-    for error in server.environment_problems(env) {
-        if error.path == "trace.digest_key_env" {
-            continue;
-        }
-        match tenant_index(&error.path) {
-            Some(index) => tenant_env
-                .entry(index)
-                .or_default()
-                .push(format!("{file}: {error}")),
-            None => report.fail("config", format!("{file}: {error}")),
-        }
-    }
+    let deployment = Deployment::resolve(&server, env);
+    // The digest key's problem is told by its own, more thorough check.
     digest_key(&mut report, &server, env);
     trace_store(&mut report, &server);
 
-    for (index, tenant) in server.tenants.iter().enumerate() {
+    for (tenant, resolved) in server.tenants.iter().zip(&deployment.tenants) {
         let subject = format!("tenant {}", tenant.id);
-        match tenant_env.remove(&index) {
-            Some(problems) => {
-                for problem in problems {
-                    report.fail(&subject, problem);
-                }
-            }
-            None => api_key(&mut report, &subject, tenant),
+        let mut key_problems = deployment
+            .problems_of(resolved.index)
+            .filter(|p| p.kind == ProblemKind::ApiKey)
+            .peekable();
+        if key_problems.peek().is_none() {
+            api_key(&mut report, &subject, tenant);
         }
-        check_tenant(&mut report, tenant, env).await;
+        for problem in key_problems {
+            report.problem(&subject, problem, problem.to_string());
+        }
+        check_tenant(&mut report, tenant, resolved, &deployment, env).await;
     }
     report
-}
-
-/// `tenants[3].api_key_env` → 3.
-fn tenant_index(path: &str) -> Option<usize> {
-    let rest = path.strip_prefix("tenants[")?;
-    rest[..rest.find(']')?].parse().ok()
 }
 
 fn plural(n: usize, noun: &str) -> String {
@@ -249,24 +249,13 @@ fn api_key(report: &mut Report, subject: &str, tenant: &TenantConfig) {
     }
 }
 
-/// The folder of the trace store (where a generated digest key is kept, too).
-fn store_paths(server: &ServerConfig) -> (PathBuf, PathBuf) {
-    let store = match &server.trace.store {
-        TraceStore::Sqlite(path) => path.clone(),
-    };
-    let folder = match store.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    (store, folder)
-}
-
 /// The digest key `serve` would use: its env var (at least [`MIN_KEY_BYTES`]), or the
 /// generated key file beside the trace store (existing and long enough, or a folder
 /// where it can be created). The key itself is never read into a message.
 fn digest_key(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
     const SUBJECT: &str = "digest key";
-    let name = &server.trace.digest_key_env;
+    let source = server.trace.digest_key_source();
+    let name = &source.env_name;
     match env.get(name) {
         Some(value) if value.len() >= MIN_KEY_BYTES => {
             report.ok(SUBJECT, format!("environment variable {name:?} is set"));
@@ -290,7 +279,7 @@ fn digest_key(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
             );
             return;
         }
-        None if !server.trace.generate_digest_key => {
+        None if !source.generate => {
             report.fail(
                 SUBJECT,
                 format!(
@@ -301,8 +290,7 @@ fn digest_key(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
         }
         None => {}
     }
-    let (_, folder) = store_paths(server);
-    let key_file = folder.join(GENERATED_KEY_FILE);
+    let key_file = source.key_file();
     let shared = format!(
         "every replica writing the same trace store needs the same key: set {name:?} in a real deployment"
     );
@@ -322,7 +310,7 @@ fn digest_key(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
             ),
         ),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            match probe_writable(&folder) {
+            match probe_writable(&source.folder) {
                 Ok(_) => report.warn(
                     SUBJECT,
                     format!(
@@ -353,7 +341,8 @@ fn digest_key(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
 /// store is not opened: opening would create or migrate it.
 fn trace_store(report: &mut Report, server: &ServerConfig) {
     const SUBJECT: &str = "trace store";
-    let (store, folder) = store_paths(server);
+    let store = server.trace.store_path();
+    let folder = server.trace.store_folder();
     match probe_writable(&folder) {
         Err(problem) => report.fail(
             SUBJECT,
@@ -362,7 +351,7 @@ fn trace_store(report: &mut Report, server: &ServerConfig) {
                 store.display()
             ),
         ),
-        Ok(_) if std::fs::metadata(&store).is_ok_and(|m| m.permissions().readonly()) => report
+        Ok(_) if std::fs::metadata(store).is_ok_and(|m| m.permissions().readonly()) => report
             .fail(
                 SUBJECT,
                 format!("{} is a read-only file: serve cannot write traces", store.display()),
@@ -434,133 +423,103 @@ fn probe_writable(folder: &Path) -> Result<Probe, String> {
     })
 }
 
-/// One binding file as a tenant's projects use it.
-struct BindingUse {
-    path: PathBuf,
-    binding: Option<Binding>,
-    /// Provider ids the projects using this binding declare.
-    declared: BTreeSet<String>,
-    /// Whether every project using it loaded, so `declared` is complete.
-    all_projects_loaded: bool,
-}
-
 type Probes<'a> = Vec<Pin<Box<dyn Future<Output = Vec<Check>> + 'a>>>;
 
-async fn check_tenant(report: &mut Report, tenant: &TenantConfig, env: &EnvVars) {
+/// The tenant's Projects and Bindings in the config's order, each with whether it loaded
+/// and its problems, then every binding entry's own checks. A missing `secret_env` is told
+/// by the entry's checks, which then send no probe.
+async fn check_tenant(
+    report: &mut Report,
+    tenant: &TenantConfig,
+    resolved: &TenantDeployment,
+    deployment: &Deployment,
+    env: &EnvVars,
+) {
     let subject = format!("tenant {}", tenant.id);
-    let mut uses: Vec<BindingUse> = Vec::new();
-    let mut project_ids: HashMap<String, PathBuf> = HashMap::new();
-    for reference in &tenant.projects {
+    let problems: Vec<&DeploymentProblem> = deployment.problems_of(resolved.index).collect();
+    let mut bindings_told: Vec<&Path> = Vec::new();
+    for (index, reference) in tenant.projects.iter().enumerate() {
         let project_file = reference.path.display().to_string();
-        let project = match Project::load(&reference.path) {
-            Ok(project) => {
-                report.ok(
-                    &subject,
-                    format!(
-                        "project {} {} loads ({project_file}, {})",
-                        project.id(),
-                        project.doc.version,
-                        plural(project.providers.len(), "provider")
-                    ),
-                );
-                Some(project)
-            }
-            Err(error) => {
-                for line in error.problems() {
-                    let line = if line.starts_with(&project_file) {
-                        line
-                    } else {
-                        format!("{project_file}: {line}")
-                    };
-                    report.fail(&subject, format!("project {line}"));
-                }
-                None
-            }
-        };
-        let position = match uses.iter().position(|u| u.path == reference.binding) {
-            Some(position) => position,
-            None => {
-                let binding_file = reference.binding.display().to_string();
-                let binding = match Binding::load(&reference.binding) {
-                    Ok(binding) => {
-                        report.ok(
-                            &subject,
-                            format!(
-                                "binding {binding_file} loads (revision {:?}, {}, {})",
-                                binding.revision,
-                                plural(binding.providers.len(), "provider"),
-                                binding.digest
-                            ),
-                        );
-                        Some(binding)
-                    }
-                    Err(errors) => {
-                        for line in errors.lines() {
-                            report.fail(&subject, format!("binding {line}"));
-                        }
-                        None
-                    }
-                };
-                uses.push(BindingUse {
-                    path: reference.binding.clone(),
-                    binding,
-                    declared: BTreeSet::new(),
-                    all_projects_loaded: true,
-                });
-                uses.len() - 1
-            }
-        };
-        let use_ = &mut uses[position];
-        let Some(project) = project else {
-            use_.all_projects_loaded = false;
-            continue;
-        };
-        if let Some(first) = project_ids.insert(project.id().to_owned(), reference.path.clone()) {
-            report.fail(
+        let loaded = resolved.projects.iter().find(|p| p.index == index);
+        match loaded {
+            Some(loaded) => report.ok(
                 &subject,
                 format!(
-                    "project {} ({project_file}) is already served by this tenant from {}",
-                    project.id(),
-                    first.display()
+                    "project {} {} loads ({project_file}, {})",
+                    loaded.project.id(),
+                    loaded.project.doc.version,
+                    plural(loaded.project.providers.len(), "provider")
                 ),
-            );
+            ),
+            None => {
+                for problem in &problems {
+                    if problem.kind == (ProblemKind::Project { project: index }) {
+                        report.problem(&subject, problem, format!("project {problem}"));
+                    }
+                }
+            }
         }
-        for spec in &project.providers {
-            use_.declared.insert(spec.id.clone());
-            if let Some(binding) = &use_.binding
-                && !binding.providers.contains_key(&spec.id)
-            {
-                report.fail(
-                    format!("{subject}, provider {}", spec.id),
-                    format!(
-                        "required by project {} but {} has no entry for it: its layers would be NOT_BOUND",
-                        project.id(),
-                        use_.path.display()
-                    ),
-                );
+        if !bindings_told.contains(&reference.binding.as_path()) {
+            bindings_told.push(&reference.binding);
+            binding_loads(report, &subject, &reference.binding, resolved, &problems);
+        }
+        let Some(loaded) = loaded else {
+            continue;
+        };
+        for problem in &problems {
+            match &problem.kind {
+                ProblemKind::ProjectServedTwice { project, first } if *project == index => {
+                    report.problem(
+                        &subject,
+                        problem,
+                        format!(
+                            "project {} ({project_file}) is already served by this tenant from {}",
+                            loaded.project.id(),
+                            tenant.projects[*first].path.display()
+                        ),
+                    );
+                }
+                ProblemKind::Unbound { project, provider } if *project == index => {
+                    report.problem(
+                        format!("{subject}, provider {provider}"),
+                        problem,
+                        format!(
+                            "required by project {} but {} has no entry for it: its layers would be NOT_BOUND",
+                            loaded.project.id(),
+                            reference.binding.display()
+                        ),
+                    );
+                }
+                _ => {}
             }
         }
     }
 
     let mut probes: Probes<'_> = Vec::new();
-    for use_ in &uses {
-        let Some(binding) = &use_.binding else {
-            continue;
-        };
-        for provider in binding.providers.values() {
+    for binding in &resolved.bindings {
+        for provider in binding.binding.providers.values() {
             let subject = format!(
                 "{subject}, provider {} ({})",
                 provider.id,
                 provider.kind.type_name()
             );
-            if use_.all_projects_loaded && !use_.declared.contains(&provider.id) {
-                report.warn(
-                    &subject,
-                    format!(
-                        "no project of the tenant that uses {} declares it: serve never calls it (ctxd validate reports it)",
-                        use_.path.display()
-                    ),
-                );
+            for problem in &problems {
+                if let ProblemKind::Undeclared {
+                    binding: path,
+                    provider: id,
+                } = &problem.kind
+                    && *path == binding.path
+                    && *id == provider.id
+                {
+                    report.problem(
+                        &subject,
+                        problem,
+                        format!(
+                            "no project of the tenant that uses {} declares it: serve never calls it (ctxd validate reports it)",
+                            binding.path.display()
+                        ),
+                    );
+                }
             }
             probes.push(Box::pin(check_provider(subject, provider, env)));
         }
@@ -570,80 +529,107 @@ async fn check_tenant(report: &mut Report, tenant: &TenantConfig, env: &EnvVars)
     }
 }
 
-/// The checks of one binding entry, by type.
+/// Whether the binding file at `path` loaded, or its problems.
+fn binding_loads(
+    report: &mut Report,
+    subject: &str,
+    path: &Path,
+    resolved: &TenantDeployment,
+    problems: &[&DeploymentProblem],
+) {
+    if let Some(loaded) = resolved.bindings.iter().find(|b| b.path == path) {
+        report.ok(
+            subject,
+            format!(
+                "binding {} loads (revision {:?}, {}, {})",
+                path.display(),
+                loaded.binding.revision,
+                plural(loaded.binding.providers.len(), "provider"),
+                loaded.binding.digest
+            ),
+        );
+        return;
+    }
+    for problem in problems {
+        if matches!(&problem.kind, ProblemKind::Binding { binding } if binding == path) {
+            report.problem(subject, problem, format!("binding {problem}"));
+        }
+    }
+}
+
+/// The checks of one binding entry: what can be judged before building it (an HTTP
+/// provider's TLS rule and secret), the build `serve` does at start-up, then readiness
+/// by type. Pools are closed after.
 async fn check_provider(subject: String, provider: &ProviderBinding, env: &EnvVars) -> Vec<Check> {
     let mut report = Report::default();
-    match &provider.kind {
-        ProviderKind::Sqlite { database, query } => {
-            check_sqlite(&mut report, &subject, provider, database, query).await;
-        }
-        ProviderKind::Http {
-            endpoint,
-            secret_env,
-        } => {
-            check_http(
-                &mut report,
-                &subject,
-                provider,
-                endpoint,
-                secret_env.as_deref(),
-                env,
-            )
-            .await;
-        }
-        #[allow(unreachable_patterns)] // provider types this version does not serve yet
-        other => report.fail(
-            &subject,
-            format!(
-                "provider type {} is not available in this version",
-                other.type_name()
-            ),
-        ),
+    if let ProviderKind::Http {
+        endpoint,
+        secret_env,
+    } = &provider.kind
+        && !check_http_binding(&mut report, &subject, endpoint, secret_env.as_deref(), env)
+    {
+        return report.checks;
     }
+    let built =
+        tokio::time::timeout(SQLITE_CHECK_LIMIT, Implementation::build(provider, env)).await;
+    let implementation = match built {
+        Ok(Ok(implementation)) => implementation,
+        Ok(Err(SetupError::Http(error))) => {
+            report.fail(&subject, format!("cannot set up the client: {error}"));
+            return report.checks;
+        }
+        Ok(Err(error)) => {
+            report.fail(&subject, error.to_string());
+            return report.checks;
+        }
+        Err(_) => {
+            report.fail(
+                &subject,
+                format!(
+                    "{}: not opened within {} s",
+                    target(provider),
+                    SQLITE_CHECK_LIMIT.as_secs()
+                ),
+            );
+            return report.checks;
+        }
+    };
+    match &implementation {
+        Implementation::Sqlite(sqlite) => {
+            check_sqlite(&mut report, &subject, provider, sqlite).await
+        }
+        Implementation::Http(client) => {
+            check_describe(&mut report, &subject, provider, client).await
+        }
+    }
+    implementation.close();
     report.checks
 }
 
-/// Opens the file read-only and prepares the query, exactly as `serve` does at start-up,
-/// then closes the pool. Whether a write is refused is the provider's own tested
+/// What a binding entry points at, for messages: `database …` or `endpoint …`.
+fn target(provider: &ProviderBinding) -> String {
+    match &provider.kind {
+        ProviderKind::Http { endpoint, .. } => format!("endpoint {endpoint}"),
+        ProviderKind::Sqlite { database, .. } => format!("database {}", database.display()),
+    }
+}
+
+/// The file opened read-only and the query prepared, exactly as `serve` does at start-up;
+/// then its readiness check. Whether a write is refused is the provider's own tested
 /// guarantee, not re-tested here.
 async fn check_sqlite(
     report: &mut Report,
     subject: &str,
     provider: &ProviderBinding,
-    database: &Path,
-    query: &str,
+    sqlite: &SqliteProvider,
 ) {
-    let opened = tokio::time::timeout(
-        SQLITE_CHECK_LIMIT,
-        SqliteProvider::open(database, query, &provider.pool),
-    )
-    .await;
-    let sqlite = match opened {
-        Err(_) => {
-            report.fail(
-                subject,
-                format!(
-                    "database {}: not opened within {} s",
-                    database.display(),
-                    SQLITE_CHECK_LIMIT.as_secs()
-                ),
-            );
-            return;
-        }
-        Ok(Err(error)) => {
-            report.fail(subject, error.to_string());
-            return;
-        }
-        Ok(Ok(sqlite)) => sqlite,
-    };
     let checked = tokio::time::timeout(SQLITE_CHECK_LIMIT, sqlite.check()).await;
-    sqlite.close();
     match checked {
         Ok(Ok(())) => report.ok(
             subject,
             format!(
-                "database {} opens read-only and the query prepares with ?1 as its only parameter (version {})",
-                database.display(),
+                "{} opens read-only and the query prepares with ?1 as its only parameter (version {})",
+                target(provider),
                 provider.version.as_deref().unwrap_or("-")
             ),
         ),
@@ -651,23 +637,23 @@ async fn check_sqlite(
         Err(_) => report.fail(
             subject,
             format!(
-                "database {}: readiness check did not finish within {} s",
-                database.display(),
+                "{}: readiness check did not finish within {} s",
+                target(provider),
                 SQLITE_CHECK_LIMIT.as_secs()
             ),
         ),
     }
 }
 
-/// TLS rule, secret presence, then a `describe` probe within the binding's timeout.
-async fn check_http(
+/// The TLS rule and the secret's presence; `false` when the provider cannot
+/// authenticate, so no probe is sent.
+fn check_http_binding(
     report: &mut Report,
     subject: &str,
-    provider: &ProviderBinding,
     endpoint: &url::Url,
     secret_env: Option<&str>,
     env: &EnvVars,
-) {
+) -> bool {
     if endpoint.scheme() == "https" {
         report.ok(subject, format!("endpoint {endpoint} uses https"));
     } else {
@@ -678,40 +664,41 @@ async fn check_http(
             ),
         );
     }
-    let secret = match secret_env {
-        None => None,
-        Some(name) => match env.get(name) {
-            None | Some("") => {
-                let state = if env.get(name).is_some() {
-                    "is empty"
-                } else {
-                    "is not set"
-                };
-                report.fail(
-                    subject,
-                    format!(
-                        "secret_env: environment variable {name:?} {state}: the provider cannot authenticate (describe not probed)"
-                    ),
-                );
-                return;
-            }
-            Some(value) => {
-                report.ok(
-                    subject,
-                    format!("secret_env: environment variable {name:?} is set"),
-                );
-                Some(Secret::new(value))
-            }
-        },
+    let Some(name) = secret_env else {
+        return true;
     };
-    let client = match HttpProvider::new(endpoint.clone(), secret, &provider.pool, provider.timeout)
-    {
-        Ok(client) => client,
-        Err(error) => {
-            report.fail(subject, format!("cannot set up the client: {error}"));
-            return;
+    match env.get(name) {
+        None | Some("") => {
+            let state = if env.get(name).is_some() {
+                "is empty"
+            } else {
+                "is not set"
+            };
+            report.fail(
+                subject,
+                format!(
+                    "secret_env: environment variable {name:?} {state}: the provider cannot authenticate (describe not probed)"
+                ),
+            );
+            false
         }
-    };
+        Some(_) => {
+            report.ok(
+                subject,
+                format!("secret_env: environment variable {name:?} is set"),
+            );
+            true
+        }
+    }
+}
+
+/// A `describe` probe within the binding's timeout.
+async fn check_describe(
+    report: &mut Report,
+    subject: &str,
+    provider: &ProviderBinding,
+    client: &HttpProvider,
+) {
     let timeout_ms = provider.timeout.as_millis();
     let started = Instant::now();
     match client.describe(started + provider.timeout).await {
@@ -771,11 +758,70 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tenant_indexes_come_from_config_paths() {
-        assert_eq!(tenant_index("tenants[0].api_key_env"), Some(0));
-        assert_eq!(tenant_index("tenants[12].api_key_env"), Some(12));
-        assert_eq!(tenant_index("trace.digest_key_env"), None);
-        assert_eq!(tenant_index("tenants[x]"), None);
+    fn verdicts_follow_the_severity() {
+        assert_eq!(Verdict::of(Severity::Fatal), Verdict::Fail);
+        assert_eq!(Verdict::of(Severity::Degraded), Verdict::Fail);
+        assert_eq!(Verdict::of(Severity::Warning), Verdict::Warn);
+    }
+
+    #[tokio::test]
+    async fn problems_are_told_under_their_tenant_with_their_severity() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = r#"{"id": "support", "version": "1", "layers": [{"id": "policy", "name": "Policy", "content": "Be kind."}]}"#;
+        std::fs::write(dir.path().join("project.json"), project).unwrap();
+        std::fs::write(
+            dir.path().join("binding.toml"),
+            "revision = \"r1\"\n[providers.tickets]\ntype = \"http\"\nendpoint = \"https://tickets.internal/context\"\nsecret_env = \"TICKETS_TOKEN\"\n",
+        )
+        .unwrap();
+        let config = dir.path().join("ctxd.toml");
+        std::fs::write(
+            &config,
+            concat!(
+                "[trace]\ngenerate_digest_key = true\n",
+                "[[tenants]]\nid = \"demo\"\napi_key_env = \"DEMO_KEY\"\n",
+                "[[tenants.projects]]\npath = \"project.json\"\nbinding = \"binding.toml\"\n",
+                "[[tenants]]\nid = \"acme\"\napi_key_env = \"ACME_KEY\"\n",
+                "[[tenants.projects]]\npath = \"project.json\"\nbinding = \"binding.toml\"\n",
+            ),
+        )
+        .unwrap();
+        let env: EnvVars = [("DEMO_KEY", "demo-key-value")].into_iter().collect();
+        let report = diagnose(&config, &env).await;
+        let lines = |subject: &str| -> Vec<String> {
+            report
+                .checks
+                .iter()
+                .filter(|c| c.subject == subject)
+                .map(ToString::to_string)
+                .collect()
+        };
+        let acme_key = lines("tenant acme");
+        assert!(
+            acme_key[0].starts_with("FAIL  tenant acme: ")
+                && acme_key[0].ends_with(
+                    "tenants[1].api_key_env: environment variable \"ACME_KEY\" is not set: it holds tenant \"acme\"'s API key"
+                ),
+            "{report:#?}"
+        );
+        assert!(
+            lines("tenant demo")[0].starts_with("ok    tenant demo: API key from environment"),
+            "{report:#?}"
+        );
+        let tickets = lines("tenant demo, provider tickets (http)");
+        assert!(
+            tickets[0].starts_with(
+                "warn  tenant demo, provider tickets (http): no project of the tenant"
+            ),
+            "{tickets:#?}"
+        );
+        assert!(
+            tickets
+                .iter()
+                .any(|line| line.starts_with("FAIL")
+                    && line.contains("\"TICKETS_TOKEN\" is not set")),
+            "{tickets:#?}"
+        );
     }
 
     #[test]

@@ -15,10 +15,12 @@
 //! `no-credential-reflection` look at all of them. The bound secret is never printed:
 //! where it was found is reported by exchange and header name.
 
-use crate::config::{EnvVars, is_valid_id};
+use crate::config::EnvVars;
 use crate::contract::{CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse};
 use crate::providers::bounds::{self, MAX_ITEMS, MAX_RESPONSE_BYTES};
+use crate::providers::endpoint::{self, Violation};
 use crate::providers::secrets;
+use crate::validation::{ID_RULE, is_valid_id};
 use anyhow::{Context as _, bail};
 use clap::Args;
 use futures_util::StreamExt;
@@ -28,7 +30,7 @@ use serde_json::Value;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
-use url::{Host, Url};
+use url::Url;
 
 /// Longest provider-reported label (contract, version, capability) shown in a detail.
 const MAX_SHOWN_CHARS: usize = 64;
@@ -196,10 +198,14 @@ pub fn run(args: &ProviderCheckArgs) -> anyhow::Result<ExitCode> {
 /// value.
 fn target(args: &ProviderCheckArgs, env: &EnvVars) -> anyhow::Result<Target> {
     let url = Url::parse(&args.url).with_context(|| format!("URL {:?} is not a URL", args.url))?;
-    if !url.username().is_empty() || url.password().is_some() {
+    let violations = endpoint::violations(&url);
+    if violations.contains(&Violation::Credentials) {
         bail!("URL: carries a user name or password: pass the credential with --secret-env");
     }
-    if url.query().is_some() || url.fragment().is_some() {
+    if violations
+        .iter()
+        .any(|v| matches!(v, Violation::Query | Violation::Fragment))
+    {
         bail!(
             "URL: has a query string or fragment: ctxd refuses them in a binding, request data travels only in the body"
         );
@@ -214,9 +220,7 @@ fn target(args: &ProviderCheckArgs, env: &EnvVars) -> anyhow::Result<Target> {
         bail!("--key: must not be empty");
     }
     if !is_valid_id(&args.provider) {
-        bail!(
-            "--provider: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
-        );
+        bail!("--provider: {ID_RULE}");
     }
     let secret = match &args.secret_env {
         None => None,
@@ -325,33 +329,37 @@ fn absent_value() -> anyhow::Result<String> {
     Ok(format!("ctxd-check-{}", hex::encode(random)))
 }
 
-/// `https://`, or `http://` to a loopback host exactly as bindings define it (the name
-/// `localhost`, 127.0.0.0/8, `[::1]`).
+/// `https://`, or `http://` to a loopback host, by the endpoint rule ctxd holds bindings
+/// to (credentials, query and fragment are refused before, in [`target`]).
 fn https_rule(url: &Url) -> Result<String, String> {
-    let host = match url.host() {
-        Some(Host::Domain("")) | None => return Err("the URL has no host".to_owned()),
-        Some(host) => host,
-    };
-    match url.scheme() {
-        "https" => Ok("the URL is https".to_owned()),
-        "http" if is_loopback(&host) => Ok(format!(
+    let violations = endpoint::violations(url);
+    if violations.contains(&Violation::NoHost) {
+        return Err("the URL has no host".to_owned());
+    }
+    let host = url.host_str().unwrap_or_default();
+    for violation in violations {
+        match violation {
+            Violation::Insecure { host } => {
+                return Err(format!(
+                    "http:// to {host}, which is not loopback (localhost, 127.0.0.0/8, [::1]): ctxd refuses it, use https://; no request was sent"
+                ));
+            }
+            Violation::UnsupportedScheme(other) => {
+                return Err(format!(
+                    "scheme {other:?} is not supported: use https:// (http:// only to a loopback host); no request was sent"
+                ));
+            }
+            Violation::NoHost | Violation::Credentials | Violation::Query | Violation::Fragment => {
+            }
+        }
+    }
+    Ok(if url.scheme() == "https" {
+        "the URL is https".to_owned()
+    } else {
+        format!(
             "plain http to the loopback host {host}: allowed only for loopback (https everywhere else)"
-        )),
-        "http" => Err(format!(
-            "http:// to {host}, which is not loopback (localhost, 127.0.0.0/8, [::1]): ctxd refuses it, use https://; no request was sent"
-        )),
-        other => Err(format!(
-            "scheme {other:?} is not supported: use https:// (http:// only to a loopback host); no request was sent"
-        )),
-    }
-}
-
-fn is_loopback(host: &Host<&str>) -> bool {
-    match host {
-        Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
-        Host::Ipv4(ip) => ip.is_loopback(),
-        Host::Ipv6(ip) => ip.is_loopback(),
-    }
+        )
+    })
 }
 
 /// The raw client: ctxd's stance, but every answer is kept whole for the rules.

@@ -4,9 +4,8 @@
 //! is not, 2 on errors.
 
 use super::output::yes_no;
-use crate::config::{EnvVars, ServerConfig, TraceStore};
+use crate::config::{DigestKeySource, EnvVars, ServerConfig};
 use crate::trace::DigestKey;
-use crate::trace::digest::GENERATED_KEY_FILE;
 use crate::trace::store::TraceReader;
 use crate::turn::replay::{ReplayResult, replay_from_store};
 use anyhow::{Context, anyhow, bail};
@@ -64,54 +63,43 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
 
 /// Where the trace store is and the digest key its records were written with.
 fn locate(args: &ReplayArgs, env: &EnvVars) -> anyhow::Result<(PathBuf, DigestKey)> {
-    let (store, env_name, generated) = match &args.store {
-        Some(store) => (strip_scheme(store), DEFAULT_DIGEST_KEY_ENV.to_owned(), true),
+    let (store, key_source) = match &args.store {
+        Some(store) => {
+            let store = strip_scheme(store);
+            let key_source = DigestKeySource::beside(&store, DEFAULT_DIGEST_KEY_ENV, true);
+            (store, key_source)
+        }
         None => {
             let path = args
                 .config
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
             let config = ServerConfig::load(&path).map_err(|e| anyhow!("{e}"))?;
-            let store = match &config.trace.store {
-                TraceStore::Sqlite(store) => store.clone(),
-            };
             (
-                store,
-                config.trace.digest_key_env.clone(),
-                config.trace.generate_digest_key,
+                config.trace.store_path().to_owned(),
+                config.trace.digest_key_source(),
             )
         }
     };
     if !store.is_file() {
         bail!("the trace store {} does not exist", store.display());
     }
-    let key = digest_key(&store, env, &env_name, generated)?;
+    let key = digest_key(&key_source, env)?;
     Ok((store, key))
 }
 
 /// The key as `serve` resolves it, except that a replay never creates one: a new key
 /// could verify nothing, and the store is only read.
-fn digest_key(
-    store: &Path,
-    env: &EnvVars,
-    env_name: &str,
-    generated: bool,
-) -> anyhow::Result<DigestKey> {
-    let key_dir = store
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
-    let env_value = env.get(env_name);
-    let key_file = key_dir.join(GENERATED_KEY_FILE);
-    if env_value.is_none() && generated && !key_file.is_file() {
+fn digest_key(source: &DigestKeySource, env: &EnvVars) -> anyhow::Result<DigestKey> {
+    let key_file = source.key_file();
+    if env.get(&source.env_name).is_none() && source.generate && !key_file.is_file() {
         bail!(
-            "no digest key: {env_name} is not set and there is no generated key at {}; a replay needs the key the turn was recorded with",
+            "no digest key: {} is not set and there is no generated key at {}; a replay needs the key the turn was recorded with",
+            source.env_name,
             key_file.display()
         );
     }
-    Ok(DigestKey::resolve(
-        env_value, env_name, generated, &key_dir,
-    )?)
+    Ok(source.resolve(env)?)
 }
 
 /// `sqlite:data/traces.db` → `data/traces.db`, as in `[trace] store`.
@@ -190,6 +178,7 @@ mod tests {
     use super::*;
     use crate::cli::{Cli, Command};
     use crate::contract::{LayerReason, LayerStatus, ProviderStatus};
+    use crate::trace::digest::GENERATED_KEY_FILE;
     use crate::turn::replay::{ProviderReplay, ReplayedLayer, ReplayedProvider};
     use clap::Parser;
 

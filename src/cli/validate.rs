@@ -1,11 +1,11 @@
 //! `ctxd validate [--config F]`: checks the server config, every tenant's Projects and
 //! Bindings, that each project's providers are bound (and nothing else is), and that the
-//! environment holds every referenced secret. Prints every problem, then a summary.
+//! environment holds every referenced secret — the deployment as [`Deployment::resolve`]
+//! finds it. Prints every problem, whatever its severity, then a summary.
 
-use crate::config::{Binding, ConfigErrors, EnvVars, ServerConfig, TenantConfig, key_path};
-use crate::project::{LoadError, Project};
+use crate::config::{ConfigErrors, EnvVars, ServerConfig};
+use crate::deployment::Deployment;
 use clap::Args;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -100,160 +100,37 @@ pub fn check(config: &Path, env: &EnvVars) -> Report {
         server.tenants.len(),
         if server.tenants.len() == 1 { "" } else { "s" }
     ));
-    for error in server.environment_problems(env) {
-        report.problem(format!("{config_file}: {error}"));
+    let deployment = Deployment::resolve(&server, env);
+    report.tenants = server.tenants.len();
+    report.projects = server.tenants.iter().map(|t| t.projects.len()).sum();
+    for tenant in &deployment.tenants {
+        for resolved in &tenant.projects {
+            report.providers += resolved.project.providers.len();
+            if let Some(binding) = &resolved.binding {
+                report.checked.push(format!(
+                    "tenant {:?}: project {:?} ({}) with binding {} (revision {:?}, {})",
+                    tenant.id,
+                    resolved.project.id(),
+                    resolved.path.display(),
+                    binding.path.display(),
+                    binding.binding.revision,
+                    binding.binding.digest
+                ));
+            }
+        }
     }
-    for (index, tenant) in server.tenants.iter().enumerate() {
-        report.tenants += 1;
-        check_tenant(&mut report, &config_file, index, tenant, env);
+    // Every problem, whatever its severity: validate is the strict check of the files.
+    for problem in &deployment.problems {
+        report.problem(problem.to_string());
     }
     report
-}
-
-/// What one tenant's projects declare of one binding file.
-#[derive(Default)]
-struct BindingUse {
-    binding: Option<Binding>,
-    /// Provider ids declared by the projects using this binding.
-    declared: BTreeSet<String>,
-    /// Whether every project using this binding loaded, so `declared` is complete.
-    all_projects_loaded: bool,
-}
-
-fn check_tenant(
-    report: &mut Report,
-    config_file: &str,
-    tenant_index: usize,
-    tenant: &TenantConfig,
-    env: &EnvVars,
-) {
-    let mut uses: BTreeMap<PathBuf, BindingUse> = BTreeMap::new();
-    let mut project_ids: HashMap<String, usize> = HashMap::new();
-    for (project_index, project_ref) in tenant.projects.iter().enumerate() {
-        report.projects += 1;
-        let project = Project::load(&project_ref.path)
-            .inspect_err(|error| {
-                for line in project_problems(&project_ref.path, error) {
-                    report.problem(line);
-                }
-            })
-            .ok();
-        let use_ = uses.entry(project_ref.binding.clone()).or_insert_with(|| {
-            let binding = Binding::load(&project_ref.binding)
-                .inspect_err(|errors| report.config_errors(errors))
-                .ok();
-            BindingUse {
-                binding,
-                declared: BTreeSet::new(),
-                all_projects_loaded: true,
-            }
-        });
-        let Some(project) = project else {
-            use_.all_projects_loaded = false;
-            continue;
-        };
-        report.providers += project.providers.len();
-        if let Some(first) = project_ids.insert(project.id().to_owned(), project_index) {
-            report.problem(format!(
-                "{config_file}: tenants[{tenant_index}].projects[{project_index}].path: project id {:?} is already served by tenant {:?} at projects[{first}]",
-                project.id(),
-                tenant.id
-            ));
-        }
-        let binding_file = project_ref.binding.display().to_string();
-        for spec in &project.providers {
-            use_.declared.insert(spec.id.clone());
-        }
-        if let Some(binding) = &use_.binding {
-            for spec in &project.providers {
-                if !binding.providers.contains_key(&spec.id) {
-                    report.problem(format!(
-                        "{binding_file}: providers: provider {:?} required by the project has no binding; its layers would be NOT_BOUND (project {:?}, {})",
-                        spec.id,
-                        project.id(),
-                        project_ref.path.display()
-                    ));
-                }
-            }
-            report.checked.push(format!(
-                "tenant {:?}: project {:?} ({}) with binding {binding_file} (revision {:?}, {})",
-                tenant.id,
-                project.id(),
-                project_ref.path.display(),
-                binding.revision,
-                binding.digest
-            ));
-        }
-    }
-    for (path, use_) in &uses {
-        let Some(binding) = &use_.binding else {
-            continue;
-        };
-        let binding_file = path.display().to_string();
-        if use_.all_projects_loaded {
-            for id in binding.providers.keys() {
-                if !use_.declared.contains(id) {
-                    report.problem(format!(
-                        "{binding_file}: {}: provider {id:?} is not declared by any project of tenant {:?} that uses this binding",
-                        key_path("providers", id),
-                        tenant.id
-                    ));
-                }
-            }
-        }
-        for (id, name) in binding.secret_envs() {
-            let state = match env.get(name) {
-                None => "is not set",
-                Some("") => "is empty",
-                Some(_) => continue,
-            };
-            report.problem(format!(
-                "{binding_file}: {}: environment variable {name:?} {state}: provider {id:?} cannot authenticate",
-                key_path(&key_path("providers", id), "secret_env")
-            ));
-        }
-    }
-}
-
-/// One line per problem of a Project file, each starting with the file.
-fn project_problems(path: &Path, error: &LoadError) -> Vec<String> {
-    let file = path.display().to_string();
-    match error {
-        LoadError::Read { source, .. } => vec![format!("{file}: cannot read the file: {source}")],
-        other => other
-            .problems()
-            .into_iter()
-            .map(|line| {
-                if line.starts_with(&file) {
-                    line
-                } else {
-                    format!("{file}: {line}")
-                }
-            })
-            .collect(),
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::deployment::test_files::{CUSTOMER_DATA, ORDERS, PROJECT};
     use std::fs;
-
-    const PROJECT: &str = r#"{
-        "id": "support", "version": "1.0.0",
-        "providers": [
-            { "id": "customer-data", "name": "Customer data", "lookup": { "input": "customerId" } },
-            { "id": "orders", "name": "Orders", "lookup": { "input": "customerId" } }
-        ],
-        "layers": [
-            { "id": "policy", "name": "Policy", "content": "Refunds over 500 EUR need approval." },
-            { "id": "profile", "name": "Profile", "bindings": [{ "provider": "customer-data" }] },
-            { "id": "orders", "name": "Orders", "bindings": [{ "provider": "orders" }] }
-        ]
-    }"#;
-
-    const CUSTOMER_DATA: &str = "[providers.customer-data]\ntype = \"http\"\nendpoint = \"https://crm.internal/context\"\nsecret_env = \"CRM_TOKEN\"\n";
-    const ORDERS: &str = "[providers.orders]\ntype = \"sqlite\"\ndatabase = \"orders.db\"\nquery = \"SELECT id FROM orders WHERE customer_id = ?1\"\nversion = \"v1\"\n";
 
     /// A deployment in a temp dir: `config/ctxd.toml`, `project.json`, and
     /// `config/bindings/acme.toml` holding `binding_tables`.

@@ -12,23 +12,22 @@ use super::{
     ConfigErrors, Problems, field_path, key_path, parse_toml, refuse_inline_secrets, section,
     unknown_keys,
 };
-use crate::providers::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
+use crate::providers::endpoint::{self, Violation};
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
+use settings::{Partial, RawSettings, check_settings, merge};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use url::{Host, Url};
+use url::Url;
+
+mod settings;
 
 /// Provider timeout when neither the provider nor `[defaults]` sets one.
 pub const DEFAULT_TIMEOUT_MS: u64 = 1000;
-const DEFAULT_MAX_CONCURRENCY: usize = 64;
-const MAX_CONCURRENCY: i64 = 10_000;
 const MAX_REVISION_CHARS: usize = 128;
 const MAX_VERSION_CHARS: usize = 128;
-const MAX_CACHE_TTL: Duration = Duration::from_secs(3600);
 pub const DEFAULT_RETENTION_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-const MAX_RETENTION_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Provider types this version serves.
 const SUPPORTED_TYPES: &str = "http, sqlite";
@@ -239,68 +238,6 @@ struct RawIdentity {
     database: Option<String>,
     query: Option<String>,
     version: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawSettings {
-    timeout_ms: Option<i64>,
-    max_concurrency: Option<i64>,
-    #[serde(default)]
-    pool: RawPool,
-    #[serde(default)]
-    circuit: RawCircuit,
-    #[serde(default)]
-    cache: RawCache,
-    retention: Option<String>,
-    retention_ttl: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawPool {
-    max_idle_per_host: Option<i64>,
-    idle_timeout_ms: Option<i64>,
-    max_size: Option<i64>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawCircuit {
-    failure_rate: Option<f64>,
-    min_calls: Option<i64>,
-    window: Option<i64>,
-    consecutive_failures: Option<i64>,
-    open_ms: Option<i64>,
-    half_open_probes: Option<i64>,
-    half_open_max_ms: Option<i64>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawCache {
-    ttl: Option<String>,
-}
-
-/// Settings checked where they are written; `None` = not set there (or invalid).
-#[derive(Default)]
-struct Partial {
-    timeout_ms: Option<u64>,
-    max_concurrency: Option<usize>,
-    max_idle_per_host: Option<usize>,
-    idle_timeout_ms: Option<u64>,
-    max_size: Option<usize>,
-    failure_rate: Option<f64>,
-    min_calls: Option<u32>,
-    window: Option<u32>,
-    consecutive_failures: Option<u32>,
-    open_ms: Option<u64>,
-    half_open_probes: Option<u32>,
-    half_open_max_ms: Option<u64>,
-    /// `Some(zero)` disables a cache that `[defaults]` enables.
-    cache_ttl: Option<Duration>,
-    retention: Option<Retention>,
-    retention_ttl: Option<Duration>,
 }
 
 fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<Binding, ConfigErrors> {
@@ -598,9 +535,8 @@ fn check_version(problems: &mut Problems, path: &str, raw: &RawIdentity) -> Opti
     }
 }
 
-/// An absolute `https://` URL, or `http://` to a loopback host; no credentials, query
-/// or fragment. Request data never goes in the URL, so nothing the URL carries can vary
-/// per request, and a credential in it would leak into logs and traces.
+/// An absolute URL that follows the endpoint rule ([`endpoint`]); every way it does not
+/// is a problem of its own.
 fn check_endpoint(problems: &mut Problems, path: &str, text: &str) -> Option<Url> {
     let url = match Url::parse(text.trim()) {
         Ok(url) => url,
@@ -616,56 +552,25 @@ fn check_endpoint(problems: &mut Problems, path: &str, text: &str) -> Option<Url
             return None;
         }
     };
-    let before = problems.len();
-    if !url.username().is_empty() || url.password().is_some() {
-        problems.add(
-            path,
-            format!("carries a user name or password, an inline credential, which is refused: {SECRET_HINT}"),
-        );
-    }
-    if url.query().is_some() {
-        problems.add(
-            path,
-            "has a query string: request data and settings never go in the URL (the lookup value travels only in the request body)",
-        );
-    }
-    if url.fragment().is_some() {
-        problems.add(path, "has a fragment: write the URL without `#…`");
-    }
-    match url.scheme() {
-        "https" => {}
-        "http" => {
-            if !url.host().is_some_and(|host| is_loopback(&host)) {
-                let host = url.host_str().unwrap_or_default();
-                problems.add(
-                    path,
-                    format!(
-                        "http:// is only allowed to a loopback host (localhost, 127.0.0.0/8, [::1]), not {host:?}: use https://"
-                    ),
-                );
-            }
-        }
-        other => problems.add(
-            path,
-            format!(
+    let violations = endpoint::violations(&url);
+    for violation in &violations {
+        let message = match violation {
+            Violation::Credentials => format!(
+                "carries a user name or password, an inline credential, which is refused: {SECRET_HINT}"
+            ),
+            Violation::Query => "has a query string: request data and settings never go in the URL (the lookup value travels only in the request body)".to_owned(),
+            Violation::Fragment => "has a fragment: write the URL without `#…`".to_owned(),
+            Violation::Insecure { host } => format!(
+                "http:// is only allowed to a loopback host (localhost, 127.0.0.0/8, [::1]), not {host:?}: use https://"
+            ),
+            Violation::UnsupportedScheme(other) => format!(
                 "scheme {other:?} is not supported: use https:// (http:// only to a loopback host)"
             ),
-        ),
+            Violation::NoHost => "has no host".to_owned(),
+        };
+        problems.add(path, message);
     }
-    if url.host_str().is_none_or(str::is_empty) {
-        problems.add(path, "has no host");
-    }
-    (problems.len() == before).then_some(url)
-}
-
-/// `localhost`, 127.0.0.0/8 and `::1`. Other names (`*.localhost`, hosts-file aliases)
-/// depend on the resolver, so they do not count.
-fn is_loopback(host: &Host<&str>) -> bool {
-    match host {
-        Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
-        Host::Ipv4(ip) => ip.is_loopback(),
-        Host::Ipv6(ip) => ip.is_loopback(),
-    }
+    violations.is_empty().then_some(url)
 }
 
 fn check_database(problems: &mut Problems, path: &str, database: &str) -> Option<String> {
@@ -792,173 +697,6 @@ fn query_problems(sql: &str) -> Vec<String> {
         found.push("must use ?1 for the lookup value".to_owned());
     }
     found
-}
-
-fn check_settings(problems: &mut Problems, path: &str, raw: RawSettings) -> Partial {
-    let at = |key: &str| field_path(path, key);
-    let int = |problems: &mut Problems, key: &str, value: Option<i64>, lo: i64, hi: i64| {
-        value.and_then(|v| problems.int_in(&at(key), v, lo..=hi))
-    };
-    let min_timeout = MIN_TIMEOUT_MS as i64;
-    let max_timeout = MAX_TIMEOUT_MS as i64;
-    let failure_rate = raw.circuit.failure_rate.and_then(|rate| {
-        if rate > 0.0 && rate <= 1.0 {
-            Some(rate)
-        } else {
-            problems.add(
-                &at("circuit.failure_rate"),
-                format!("{rate} is out of range: use a fraction above 0 and at most 1"),
-            );
-            None
-        }
-    });
-    Partial {
-        timeout_ms: int(
-            problems,
-            "timeout_ms",
-            raw.timeout_ms,
-            min_timeout,
-            max_timeout,
-        )
-        .map(|v| v as u64),
-        max_concurrency: int(
-            problems,
-            "max_concurrency",
-            raw.max_concurrency,
-            1,
-            MAX_CONCURRENCY,
-        )
-        .map(|v| v as usize),
-        max_idle_per_host: int(
-            problems,
-            "pool.max_idle_per_host",
-            raw.pool.max_idle_per_host,
-            0,
-            1024,
-        )
-        .map(|v| v as usize),
-        idle_timeout_ms: int(
-            problems,
-            "pool.idle_timeout_ms",
-            raw.pool.idle_timeout_ms,
-            1,
-            3_600_000,
-        )
-        .map(|v| v as u64),
-        max_size: int(problems, "pool.max_size", raw.pool.max_size, 1, 64).map(|v| v as usize),
-        failure_rate,
-        min_calls: int(
-            problems,
-            "circuit.min_calls",
-            raw.circuit.min_calls,
-            1,
-            10_000,
-        )
-        .map(|v| v as u32),
-        window: int(problems, "circuit.window", raw.circuit.window, 1, 10_000).map(|v| v as u32),
-        consecutive_failures: int(
-            problems,
-            "circuit.consecutive_failures",
-            raw.circuit.consecutive_failures,
-            1,
-            1000,
-        )
-        .map(|v| v as u32),
-        open_ms: int(problems, "circuit.open_ms", raw.circuit.open_ms, 1, 600_000)
-            .map(|v| v as u64),
-        half_open_probes: int(
-            problems,
-            "circuit.half_open_probes",
-            raw.circuit.half_open_probes,
-            1,
-            100,
-        )
-        .map(|v| v as u32),
-        half_open_max_ms: int(
-            problems,
-            "circuit.half_open_max_ms",
-            raw.circuit.half_open_max_ms,
-            1,
-            600_000,
-        )
-        .map(|v| v as u64),
-        cache_ttl: raw
-            .cache
-            .ttl
-            .as_deref()
-            .and_then(|ttl| problems.duration(&at("cache.ttl"), ttl, true, MAX_CACHE_TTL, "1h")),
-        retention: raw.retention.as_deref().and_then(|text| {
-            let retention = Retention::parse(text);
-            if retention.is_none() {
-                problems.add(
-                    &at("retention"),
-                    format!("{text:?} is not a retention: use \"none\", \"digest\" or \"content\""),
-                );
-            }
-            retention
-        }),
-        retention_ttl: raw.retention_ttl.as_deref().and_then(|ttl| {
-            problems.duration(&at("retention_ttl"), ttl, false, MAX_RETENTION_TTL, "365d")
-        }),
-    }
-}
-
-/// Settings with every default applied.
-struct Merged {
-    timeout: Duration,
-    max_concurrency: usize,
-    pool: PoolSettings,
-    circuit: CircuitSettings,
-    cache: CacheSettings,
-    retention: Retention,
-    retention_ttl: Duration,
-}
-
-/// The provider's own value, else the `[defaults]` value, else the built-in default.
-fn merge(own: &Partial, defaults: &Partial) -> Merged {
-    let pool = PoolSettings::default();
-    let circuit = CircuitSettings::default();
-    macro_rules! pick {
-        ($field:ident, $builtin:expr) => {
-            own.$field.or(defaults.$field).unwrap_or($builtin)
-        };
-    }
-    let millis = Duration::from_millis;
-    Merged {
-        timeout: millis(pick!(timeout_ms, DEFAULT_TIMEOUT_MS)),
-        max_concurrency: pick!(max_concurrency, DEFAULT_MAX_CONCURRENCY),
-        pool: PoolSettings {
-            max_idle_per_host: pick!(max_idle_per_host, pool.max_idle_per_host),
-            idle_timeout: own
-                .idle_timeout_ms
-                .or(defaults.idle_timeout_ms)
-                .map_or(pool.idle_timeout, millis),
-            max_size: pick!(max_size, pool.max_size),
-        },
-        circuit: CircuitSettings {
-            failure_rate: pick!(failure_rate, circuit.failure_rate),
-            min_calls: pick!(min_calls, circuit.min_calls),
-            window: pick!(window, circuit.window),
-            consecutive_failures: pick!(consecutive_failures, circuit.consecutive_failures),
-            open: own
-                .open_ms
-                .or(defaults.open_ms)
-                .map_or(circuit.open, millis),
-            half_open_probes: pick!(half_open_probes, circuit.half_open_probes),
-            half_open_max: own
-                .half_open_max_ms
-                .or(defaults.half_open_max_ms)
-                .map_or(circuit.half_open_max, millis),
-        },
-        cache: CacheSettings {
-            ttl: own
-                .cache_ttl
-                .or(defaults.cache_ttl)
-                .filter(|ttl| !ttl.is_zero()),
-        },
-        retention: pick!(retention, Retention::default()),
-        retention_ttl: pick!(retention_ttl, DEFAULT_RETENTION_TTL),
-    }
 }
 
 /// One provider's part of the binding digest: the location as written plus every merged

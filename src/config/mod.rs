@@ -8,7 +8,7 @@
 //!    typed parsing, so the author sees "use an env reference" rather than "unknown key";
 //! 3. typed parsing with `deny_unknown_fields`, one section (one provider, one tenant) at a
 //!    time so a mistake in one does not hide the others;
-//! 4. range and rule checks collecting every problem as a [`ConfigError`] with a dotted
+//! 4. range and rule checks collecting every problem as a [`Problem`] with a dotted
 //!    path such as `providers.orders.timeout_ms`.
 //!
 //! A value recognized as a secret is never echoed: every message passes through
@@ -17,6 +17,7 @@
 mod binding;
 mod env;
 mod server;
+mod trace_store;
 
 pub use binding::{
     Binding, CacheSettings, CircuitSettings, DEFAULT_RETENTION_TTL, DEFAULT_TIMEOUT_MS,
@@ -24,11 +25,13 @@ pub use binding::{
 };
 pub use env::EnvVars;
 pub use server::{
-    ApiKey, Limits, MetricsSettings, ProjectRef, ServerConfig, ServerSettings, TenantConfig,
-    TraceSettings, TraceStore,
+    ApiKey, EnvironmentNeed, EnvironmentProblem, Limits, MetricsSettings, ProjectRef, ServerConfig,
+    ServerSettings, TenantConfig, TraceSettings, TraceStore,
 };
+pub use trace_store::DigestKeySource;
 
 use crate::providers::secrets;
+use crate::validation::{Problem, Problems};
 use regex::Regex;
 use std::fmt;
 use std::ops::RangeInclusive;
@@ -36,9 +39,6 @@ use std::path::Path;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-/// Provider and tenant ids.
-static ID: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new("^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$").expect("valid regex"));
 /// Environment variable names that configs may reference.
 static ENV_NAME: LazyLock<Regex> =
     LazyLock::new(|| Regex::new("^[A-Za-z_][A-Za-z0-9_]*$").expect("valid regex"));
@@ -65,44 +65,19 @@ const SECRET_KEY_NAMES: &[&str] = &[
     "secret_key",
 ];
 
-/// One problem in a config file, at a dotted TOML path (`providers.orders.timeout_ms`,
-/// `tenants[0].api_key_sha256`); the path is empty for a problem with the whole file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub path: String,
-    pub message: String,
-}
-
-impl ConfigError {
-    pub fn new(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
-        ConfigError {
-            path: path.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            f.write_str(&self.message)
-        } else {
-            write!(f, "{}: {}", self.path, self.message)
-        }
-    }
-}
-
 /// Every problem found in one config file; never empty. Displays one problem per line,
 /// each prefixed with the file name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigErrors {
     /// The file as given (or `<binding>` / `<config>` when parsed from text).
     pub file: String,
-    pub errors: Vec<ConfigError>,
+    /// Each at a dotted TOML path (`providers.orders.timeout_ms`,
+    /// `tenants[0].api_key_sha256`); empty for a problem with the whole file.
+    pub errors: Vec<Problem>,
 }
 
 impl ConfigErrors {
-    pub fn new(file: impl Into<String>, errors: Vec<ConfigError>) -> ConfigErrors {
+    pub fn new(file: impl Into<String>, errors: Vec<Problem>) -> ConfigErrors {
         ConfigErrors {
             file: file.into(),
             errors,
@@ -129,65 +104,15 @@ impl fmt::Display for ConfigErrors {
     }
 }
 
-/// Collects problems while a file is checked, and makes sure none of them shows a value
-/// that the secret scan flagged.
-#[derive(Default)]
-pub(crate) struct Problems {
-    list: Vec<ConfigError>,
-    /// Values flagged as secrets: redacted from every message.
-    withheld: Vec<String>,
-}
-
+/// The checks of TOML files, on the shared collector. A config file may hold an inline
+/// secret, so its problems are always screened ([`Problems::into_screened`]).
 impl Problems {
-    pub(crate) fn add(&mut self, path: &str, message: impl Into<String>) {
-        self.list.push(ConfigError::new(path, message));
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.list.len()
-    }
-
-    /// Never show `value` in a message, whichever check mentions it.
-    pub(crate) fn withhold(&mut self, value: &str) {
-        if !value.is_empty() {
-            self.withheld.push(value.to_owned());
-        }
-    }
-
-    /// The problems, with withheld values redacted; a message that would still show
-    /// something secret-looking is replaced as a whole.
-    pub(crate) fn into_errors(self) -> Vec<ConfigError> {
-        let Problems { list, withheld } = self;
-        list.into_iter()
-            .map(|mut error| {
-                error.path = redact(&error.path, &withheld);
-                error.message = redact(&error.message, &withheld);
-                if let Some(detector) =
-                    secrets::scan(&error.path).or_else(|| secrets::scan(&error.message))
-                {
-                    error.message = format!(
-                        "a value here looks like a secret ({}); the message is withheld",
-                        detector.name()
-                    );
-                    if secrets::scan(&error.path).is_some() {
-                        error.path = String::new();
-                    }
-                }
-                error
-            })
-            .collect()
-    }
-
     /// `Ok(value)` when nothing was found, else every problem.
     pub(crate) fn finish<T>(self, file: &str, value: T) -> Result<T, ConfigErrors> {
         if self.is_empty() {
             Ok(value)
         } else {
-            Err(ConfigErrors::new(file, self.into_errors()))
+            Err(ConfigErrors::new(file, self.into_screened()))
         }
     }
 
@@ -248,20 +173,6 @@ impl Problems {
         }
     }
 
-    /// Checks an id against the shared id grammar.
-    pub(crate) fn id(&mut self, path: &str, what: &str, id: &str) -> bool {
-        let valid = is_valid_id(id);
-        if !valid {
-            self.add(
-                path,
-                format!(
-                    "{what} id {id:?} is invalid: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
-                ),
-            );
-        }
-        valid
-    }
-
     /// Checks the name (never a value) of an environment variable reference.
     pub(crate) fn env_name(&mut self, path: &str, name: &str) -> bool {
         let valid = ENV_NAME.is_match(name);
@@ -291,25 +202,6 @@ impl Problems {
     }
 }
 
-fn redact(text: &str, withheld: &[String]) -> String {
-    let mut text = text.to_owned();
-    for value in withheld {
-        let escaped = format!("{value:?}");
-        let escaped = &escaped[1..escaped.len() - 1];
-        text = text.replace(value, "<redacted>");
-        if escaped != value {
-            text = text.replace(escaped, "<redacted>");
-        }
-    }
-    text
-}
-
-/// Whether `id` follows the provider and tenant id grammar.
-pub fn is_valid_id(id: &str) -> bool {
-    ID.is_match(id)
-}
-
-/// `parent.key`, with the key quoted when it is not a bare TOML key.
 /// Reads a TOML file: its text, the folder relative paths in it resolve against, and
 /// its name for messages.
 pub(crate) fn read_config_file(path: &Path) -> Result<(String, &Path, String), ConfigErrors> {
@@ -317,10 +209,7 @@ pub(crate) fn read_config_file(path: &Path) -> Result<(String, &Path, String), C
     let text = std::fs::read_to_string(path).map_err(|error| {
         ConfigErrors::new(
             &file,
-            vec![ConfigError::new(
-                "",
-                format!("cannot read the file: {error}"),
-            )],
+            vec![Problem::new("", format!("cannot read the file: {error}"))],
         )
     })?;
     let base_dir = match path.parent() {
@@ -330,6 +219,7 @@ pub(crate) fn read_config_file(path: &Path) -> Result<(String, &Path, String), C
     Ok((text, base_dir, file))
 }
 
+/// `parent.key`, with the key quoted when it is not a bare TOML key.
 pub(crate) fn key_path(parent: &str, key: &str) -> String {
     let key = if BARE_KEY.is_match(key) {
         key.to_owned()
@@ -357,7 +247,7 @@ pub(crate) fn index_path(parent: &str, index: usize) -> String {
 
 /// Parses TOML text into a table; a syntax error becomes one problem with its line and
 /// column (the offending line itself is not quoted: it may hold a secret).
-pub(crate) fn parse_toml(text: &str) -> Result<toml::Table, ConfigError> {
+pub(crate) fn parse_toml(text: &str) -> Result<toml::Table, Problem> {
     text.parse::<toml::Table>().map_err(|error| {
         let position = error
             .span()
@@ -368,7 +258,7 @@ pub(crate) fn parse_toml(text: &str) -> Result<toml::Table, ConfigError> {
                 format!(" at line {line}, column {column}")
             })
             .unwrap_or_default();
-        ConfigError::new(
+        Problem::new(
             "",
             format!("invalid TOML{position}: {}", error.message().trim_end()),
         )
@@ -506,35 +396,14 @@ mod tests {
         let errors = ConfigErrors::new(
             "b.toml",
             vec![
-                ConfigError::new("revision", "must not be empty"),
-                ConfigError::new("", "whole file"),
+                Problem::new("revision", "must not be empty"),
+                Problem::new("", "whole file"),
             ],
         );
         assert_eq!(
             errors.to_string(),
             "b.toml: revision: must not be empty\nb.toml: whole file"
         );
-    }
-
-    #[test]
-    fn withheld_values_are_redacted_from_messages() {
-        let mut problems = Problems::default();
-        problems.withhold("hunter2\"x");
-        problems.add("a", "value \"hunter2\\\"x\" is wrong");
-        problems.add("b", "raw hunter2\"x here");
-        let errors = problems.into_errors();
-        assert_eq!(errors[0].message, "value \"<redacted>\" is wrong");
-        assert_eq!(errors[1].message, "raw <redacted> here");
-    }
-
-    #[test]
-    fn a_message_that_still_looks_secret_is_withheld() {
-        let token = format!("{}{}", "ghp_", "b".repeat(36));
-        let mut problems = Problems::default();
-        problems.add("type", format!("unknown type {token:?}"));
-        let errors = problems.into_errors();
-        assert!(!errors[0].message.contains(&token));
-        assert!(errors[0].message.contains("github_token"));
     }
 
     #[test]

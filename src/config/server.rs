@@ -3,7 +3,7 @@
 //! bindings. Loading does the pure checks; environment checks are a separate step.
 
 use super::{
-    ConfigError, ConfigErrors, EnvVars, Problems, index_path, key_path, parse_toml,
+    ConfigErrors, EnvVars, Problem, Problems, index_path, key_path, parse_toml,
     refuse_inline_secrets, section, unknown_keys,
 };
 use crate::handles::{HandleSettings, LimitSettings};
@@ -42,6 +42,8 @@ const SECRET_HINT: &str = "put the key in an environment variable and reference 
 /// A validated server config. Relative paths are joined to the config file's folder.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
+    /// The file as given (`<config>` when parsed from text), for messages.
+    pub file: String,
     /// The folder of the config file, against which relative paths were resolved.
     pub base_dir: PathBuf,
     pub server: ServerSettings,
@@ -134,6 +136,23 @@ impl ApiKey {
     }
 }
 
+/// Something the environment lacks for the server config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvironmentProblem {
+    pub need: EnvironmentNeed,
+    /// Where the config references it, and what is wrong.
+    pub problem: Problem,
+}
+
+/// What an [`EnvironmentProblem`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvironmentNeed {
+    /// The API key of the tenant at this index in `tenants`.
+    ApiKey { tenant: usize },
+    /// The digest key.
+    DigestKey,
+}
+
 /// One project a tenant serves, and the binding that serves its providers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProjectRef {
@@ -159,35 +178,36 @@ impl ServerConfig {
     /// What the environment lacks for this config: tenant API keys by env reference set
     /// and non-empty, the digest key set unless a generated key is allowed, and no API
     /// key shared by two tenants once env keys are known. Values are never shown.
-    pub fn environment_problems(&self, env: &EnvVars) -> Vec<ConfigError> {
+    pub fn environment_problems(&self, env: &EnvVars) -> Vec<EnvironmentProblem> {
         let mut found = Vec::new();
         for (i, tenant) in self.tenants.iter().enumerate() {
             if let ApiKey::Env(name) = &tenant.api_key {
                 let path = key_path(&index_path("tenants", i), "api_key_env");
-                match env.get(name) {
-                    None => found.push(ConfigError::new(
-                        path,
-                        format!(
-                            "environment variable {name:?} is not set: it holds tenant {:?}'s API key",
-                            tenant.id
-                        ),
-                    )),
-                    Some("") => found.push(ConfigError::new(
-                        path,
-                        format!("environment variable {name:?} is empty"),
-                    )),
-                    Some(_) => {}
-                }
+                let message = match env.get(name) {
+                    None => format!(
+                        "environment variable {name:?} is not set: it holds tenant {:?}'s API key",
+                        tenant.id
+                    ),
+                    Some("") => format!("environment variable {name:?} is empty"),
+                    Some(_) => continue,
+                };
+                found.push(EnvironmentProblem {
+                    need: EnvironmentNeed::ApiKey { tenant: i },
+                    problem: Problem::new(path, message),
+                });
             }
         }
         let name = &self.trace.digest_key_env;
         if !self.trace.generate_digest_key && !env.is_set(name) {
-            found.push(ConfigError::new(
-                "trace.digest_key_env",
-                format!(
-                    "environment variable {name:?} is not set: serve refuses to start without a digest key (or set generate_digest_key = true to keep a generated key beside the trace store)"
+            found.push(EnvironmentProblem {
+                need: EnvironmentNeed::DigestKey,
+                problem: Problem::new(
+                    "trace.digest_key_env",
+                    format!(
+                        "environment variable {name:?} is not set: serve refuses to start without a digest key (or set generate_digest_key = true to keep a generated key beside the trace store)"
+                    ),
                 ),
-            ));
+            });
         }
         // Hash pairs were checked at load; a key read from the env is checked here.
         let mut owners: HashMap<[u8; 32], usize> = HashMap::new();
@@ -207,13 +227,16 @@ impl ServerConfig {
             } else {
                 continue;
             };
-            found.push(ConfigError::new(
-                key_path(&index_path("tenants", at), "api_key_env"),
-                format!(
-                    "tenants {:?} and {:?} have the same API key: two tenants cannot share a key",
-                    earlier.id, tenant.id
+            found.push(EnvironmentProblem {
+                need: EnvironmentNeed::ApiKey { tenant: at },
+                problem: Problem::new(
+                    key_path(&index_path("tenants", at), "api_key_env"),
+                    format!(
+                        "tenants {:?} and {:?} have the same API key: two tenants cannot share a key",
+                        earlier.id, tenant.id
+                    ),
                 ),
-            ));
+            });
         }
         found
     }
@@ -338,6 +361,7 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<ServerConfig, 
             if problems.is_empty() =>
         {
             Ok(ServerConfig {
+                file: file.to_owned(),
                 base_dir: base_dir.to_path_buf(),
                 server,
                 trace,
@@ -347,7 +371,7 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<ServerConfig, 
                 tenants,
             })
         }
-        _ => Err(ConfigErrors::new(file, problems.into_errors())),
+        _ => Err(ConfigErrors::new(file, problems.into_screened())),
     }
 }
 
@@ -1185,14 +1209,19 @@ mod tests {
         let env = |pairs: &[(&str, &str)]| pairs.iter().copied().collect::<EnvVars>();
 
         let problems = config.environment_problems(&env(&[]));
-        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+        let paths: Vec<&str> = problems.iter().map(|p| p.problem.path.as_str()).collect();
         assert_eq!(paths, ["tenants[0].api_key_env", "trace.digest_key_env"]);
-        assert!(problems[0].message.contains("\"ONE_KEY\" is not set"));
+        assert!(
+            problems[0]
+                .problem
+                .message
+                .contains("\"ONE_KEY\" is not set")
+        );
 
         let problems =
             config.environment_problems(&env(&[("ONE_KEY", ""), ("CTXD_DIGEST_KEY", "k")]));
         assert_eq!(problems.len(), 1);
-        assert!(problems[0].message.contains("is empty"));
+        assert!(problems[0].problem.message.contains("is empty"));
 
         let all_set = env(&[("ONE_KEY", "one-key-value"), ("CTXD_DIGEST_KEY", "k")]);
         assert!(config.environment_problems(&all_set).is_empty());
@@ -1200,7 +1229,7 @@ mod tests {
         let shared = env(&[("ONE_KEY", "shared-key-value"), ("CTXD_DIGEST_KEY", "k")]);
         let problems = config.environment_problems(&shared);
         assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(problems[0].message.contains("cannot share a key"));
+        assert!(problems[0].problem.message.contains("cannot share a key"));
         assert!(!format!("{problems:?}").contains("shared-key-value"));
     }
 
@@ -1212,7 +1241,7 @@ mod tests {
         let config = parse(&minimal()).unwrap();
         let problems = config.environment_problems(&EnvVars::default());
         assert_eq!(problems.len(), 1);
-        assert!(problems[0].message.contains("generate_digest_key"));
+        assert!(problems[0].problem.message.contains("generate_digest_key"));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! per provider requirement. A Build loads like a Project after its digest is verified.
 
 use super::model::ProjectDoc;
-use super::{LayerKind, Project, ProjectError, ProjectErrors};
+use super::{LayerKind, Project, ProjectErrors};
+use crate::validation::Problem;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -91,8 +92,7 @@ pub(super) fn is_build(value: &Value) -> bool {
 }
 
 pub(super) fn load_build(mut value: Value) -> Result<Project, ProjectErrors> {
-    let single =
-        |path: &str, message: String| ProjectErrors(vec![ProjectError::new(path, message)]);
+    let single = |path: &str, message: String| ProjectErrors(vec![Problem::new(path, message)]);
     let object = value
         .as_object_mut()
         .ok_or_else(|| single("$", "a Build is a JSON object".to_owned()))?;

@@ -19,36 +19,16 @@ pub use validate::{
     MIN_BUDGET_BYTES,
 };
 
+use crate::validation::Problem;
 use regex::Regex;
 use serde_json::Value;
 use std::fmt;
 use std::path::Path;
 
-/// One problem in a Project, at a JSON path such as `$.providers[0].lookup.pattern`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProjectError {
-    pub path: String,
-    pub message: String,
-}
-
-impl ProjectError {
-    pub fn new(path: &str, message: impl Into<String>) -> Self {
-        ProjectError {
-            path: path.to_owned(),
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for ProjectError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
-    }
-}
-
-/// Every problem found in a Project; never empty.
+/// Every problem found in a Project, each at a JSON path such as
+/// `$.providers[0].lookup.pattern`; never empty.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ProjectErrors(pub Vec<ProjectError>);
+pub struct ProjectErrors(pub Vec<Problem>);
 
 impl fmt::Display for ProjectErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -151,7 +131,7 @@ impl Project {
     /// Parses and validates a Project or a Build from JSON text.
     pub fn from_json(text: &str) -> Result<Project, ProjectErrors> {
         let value: Value = serde_json::from_str(text).map_err(|e| {
-            ProjectErrors(vec![ProjectError::new(
+            ProjectErrors(vec![Problem::new(
                 "$",
                 format!(
                     "not valid JSON: {e} (line {}, column {})",
@@ -221,7 +201,7 @@ fn load_document(value: Value, root: &str) -> Result<Project, ProjectErrors> {
     }
     let doc: ProjectDoc = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = json_path(root, &e.path().to_string());
-        ProjectErrors(vec![ProjectError::new(&path, e.into_inner().to_string())])
+        ProjectErrors(vec![Problem::new(path, e.into_inner().to_string())])
     })?;
     validate::validate(doc, root)
 }

@@ -2,8 +2,8 @@
 //! DSNs and database paths belong in a Deployment Binding. Runs on the raw JSON before
 //! typed parsing so the refusal, not an "unknown field", is what the author sees.
 
-use super::ProjectError;
 use crate::providers::secrets;
+use crate::validation::Problem;
 use serde_json::Value;
 
 /// The phrase every refusal carries; tooling and tests look for it.
@@ -36,7 +36,7 @@ const REFUSED_KEY_COMPOUNDS: &[&str] = &[
 ];
 
 /// Scans a raw Project document and returns every refusal with its JSON path.
-pub fn scan(document: &Value, root: &str) -> Vec<ProjectError> {
+pub fn scan(document: &Value, root: &str) -> Vec<Problem> {
     let mut found = Vec::new();
     walk(document, root, Position::Other, &mut found);
     found
@@ -52,13 +52,13 @@ enum Position {
     Other,
 }
 
-fn walk(value: &Value, path: &str, position: Position, found: &mut Vec<ProjectError>) {
+fn walk(value: &Value, path: &str, position: Position, found: &mut Vec<Problem>) {
     match value {
         Value::Object(map) => {
             for (key, child) in map {
                 let child_path = format!("{path}.{key}");
                 if position != Position::IdKeyedMap && key_is_refused(key) {
-                    found.push(ProjectError::new(
+                    found.push(Problem::new(
                         &child_path,
                         format!("`{key}` {BELONGS_IN_BINDING}, not in a Project"),
                     ));
@@ -95,7 +95,7 @@ fn walk(value: &Value, path: &str, position: Position, found: &mut Vec<ProjectEr
             } else if position == Position::ProviderEntry
                 && let Some(shape) = deployment_shape(text)
             {
-                found.push(ProjectError::new(
+                found.push(Problem::new(
                     path,
                     format!("a {shape} {BELONGS_IN_BINDING}, not in a Project"),
                 ));
@@ -105,8 +105,8 @@ fn walk(value: &Value, path: &str, position: Position, found: &mut Vec<ProjectEr
     }
 }
 
-fn secret_refusal(path: &str, detector: &str) -> ProjectError {
-    ProjectError::new(
+fn secret_refusal(path: &str, detector: &str) -> Problem {
+    Problem::new(
         path,
         format!(
             "secret detected ({detector}); a secret {BELONGS_IN_BINDING} as an env reference, never in a Project"

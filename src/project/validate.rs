@@ -2,12 +2,11 @@
 //! Pure: no files, no environment. Every problem is collected with its JSON path.
 
 use super::model::{ContextTest, CurrentnessRule, Layer, Profile, ProjectDoc};
-use super::{
-    LayerKind, LayerSpec, ProfileSpec, Project, ProjectError, ProjectErrors, ProviderSpec,
-};
+use super::{LayerKind, LayerSpec, ProfileSpec, Project, ProjectErrors, ProviderSpec};
 use crate::contract::ProviderStatus;
 use crate::digest::{canonical_digest, sha256_tagged};
 use crate::providers::bounds::{MAX_ITEMS, check_items};
+use crate::validation::Problems;
 use regex::{Regex, RegexBuilder};
 use std::collections::HashSet;
 use std::sync::LazyLock;
@@ -25,8 +24,6 @@ pub const MIN_BUDGET_BYTES: usize = 256;
 /// Name of the profile used when a turn names none.
 pub const DEFAULT_PROFILE: &str = "default";
 
-static ID: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new("^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$").unwrap());
 static INPUT_KEY: LazyLock<Regex> =
     LazyLock::new(|| Regex::new("^[A-Za-z_][A-Za-z0-9_.-]{0,63}$").unwrap());
 
@@ -42,50 +39,20 @@ const FIXTURE_STATUSES: &[ProviderStatus] = &[
     ProviderStatus::Incompatible,
 ];
 
-struct Problems {
-    root: String,
-    list: Vec<ProjectError>,
-}
-
-impl Problems {
-    fn add(&mut self, path: &str, message: impl Into<String>) {
-        let path = if path.is_empty() {
-            self.root.clone()
-        } else {
-            format!("{}.{path}", self.root)
-        };
-        self.list.push(ProjectError::new(&path, message));
-    }
-
-    fn check_id(&mut self, path: &str, what: &str, id: &str) {
-        if !ID.is_match(id) {
-            self.add(
-                path,
-                format!(
-                    "{what} id {id:?} is invalid: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
-                ),
-            );
-        }
-    }
-
-    fn check_input_key(&mut self, path: &str, key: &str) {
-        if !INPUT_KEY.is_match(key) {
-            self.add(
-                path,
-                format!(
-                    "input name {key:?} is invalid: use 1-64 letters, digits, '_', '.' or '-', starting with a letter or '_'"
-                ),
-            );
-        }
+/// Checks a turn input name (`lookup.input`, `requiresInput`, a test's inputs).
+fn check_input_key(problems: &mut Problems, path: &str, key: &str) {
+    if !INPUT_KEY.is_match(key) {
+        problems.add(
+            path,
+            format!(
+                "input name {key:?} is invalid: use 1-64 letters, digits, '_', '.' or '-', starting with a letter or '_'"
+            ),
+        );
     }
 }
-
 pub(super) fn validate(mut doc: ProjectDoc, root: &str) -> Result<Project, ProjectErrors> {
-    let mut problems = Problems {
-        root: root.to_owned(),
-        list: Vec::new(),
-    };
-    problems.check_id("id", "project", &doc.id);
+    let mut problems = Problems::under(root);
+    problems.id("id", "project", &doc.id);
     if doc.version.trim().is_empty() {
         problems.add("version", "must not be empty");
     }
@@ -125,8 +92,8 @@ pub(super) fn validate(mut doc: ProjectDoc, root: &str) -> Result<Project, Proje
         }
     }
 
-    if !problems.list.is_empty() {
-        return Err(ProjectErrors(problems.list));
+    if !problems.is_empty() {
+        return Err(ProjectErrors(problems.into_problems()));
     }
     normalize(&mut doc);
     let digest = canonical_digest(&doc);
@@ -155,7 +122,7 @@ fn validate_providers(problems: &mut Problems, doc: &ProjectDoc) -> Vec<Provider
     let mut specs = Vec::with_capacity(doc.providers.len());
     for (i, provider) in doc.providers.iter().enumerate() {
         let at = |field: &str| format!("providers[{i}].{field}");
-        problems.check_id(&at("id"), "provider", &provider.id);
+        problems.id(&at("id"), "provider", &provider.id);
         if !seen.insert(provider.id.as_str()) {
             problems.add(
                 &at("id"),
@@ -165,7 +132,7 @@ fn validate_providers(problems: &mut Problems, doc: &ProjectDoc) -> Vec<Provider
         if provider.name.trim().is_empty() {
             problems.add(&at("name"), "must not be empty");
         }
-        problems.check_input_key(&at("lookup.input"), &provider.lookup.input);
+        check_input_key(problems, &at("lookup.input"), &provider.lookup.input);
         let pattern =
             provider.lookup.pattern.as_deref().and_then(|source| {
                 match RegexBuilder::new(source).size_limit(1 << 20).build() {
@@ -203,7 +170,7 @@ fn validate_layers(
     let mut specs = Vec::with_capacity(doc.layers.len());
     for (i, layer) in doc.layers.iter().enumerate() {
         let at = |field: &str| format!("layers[{i}].{field}");
-        problems.check_id(&at("id"), "layer", &layer.id);
+        problems.id(&at("id"), "layer", &layer.id);
         if !seen.insert(layer.id.as_str()) {
             problems.add(&at("id"), format!("duplicate layer id {:?}", layer.id));
         }
@@ -222,7 +189,7 @@ fn validate_layers(
         }
         let requires_input = layer.requires_input.clone().unwrap_or_default();
         for (k, key) in requires_input.iter().enumerate() {
-            problems.check_input_key(&at(&format!("requiresInput[{k}]")), key);
+            check_input_key(problems, &at(&format!("requiresInput[{k}]")), key);
         }
         let scope = layer.scope.clone().unwrap_or_default();
         for (field, list) in [
@@ -237,7 +204,7 @@ fn validate_layers(
                     );
                 }
                 for (k, value) in list.iter().enumerate() {
-                    problems.check_id(&at(&format!("scope.{field}[{k}]")), "scope", value);
+                    problems.id(&at(&format!("scope.{field}[{k}]")), "scope", value);
                 }
             }
         }
@@ -328,7 +295,7 @@ fn validate_profiles(
     let mut specs = Vec::with_capacity(profiles.len());
     for (i, profile) in profiles.iter().enumerate() {
         let at = |field: &str| format!("profiles[{i}].{field}");
-        problems.check_id(&at("id"), "profile", &profile.id);
+        problems.id(&at("id"), "profile", &profile.id);
         if !seen.insert(profile.id.as_str()) {
             problems.add(&at("id"), format!("duplicate profile id {:?}", profile.id));
         }
@@ -376,7 +343,7 @@ fn validate_test(
     providers: &[ProviderSpec],
 ) {
     let at = |field: &str| format!("tests[{i}].{field}");
-    problems.check_id(&at("id"), "test", &test.id);
+    problems.id(&at("id"), "test", &test.id);
     let request = &test.request;
     if let Some(profile) = &request.profile
         && !doc.profiles.iter().any(|p| &p.id == profile)
@@ -387,7 +354,7 @@ fn validate_test(
         );
     }
     for key in request.inputs.keys() {
-        problems.check_input_key(&at(&format!("request.inputs.{key}")), key);
+        check_input_key(problems, &at(&format!("request.inputs.{key}")), key);
     }
     if let Some(budget) = request.budget {
         check_budget(problems, &at("request.budget.maxBytes"), budget.max_bytes);

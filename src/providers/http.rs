@@ -20,6 +20,7 @@
 //! log line: failures carry only a status and a fixed detail.
 
 use super::bounds::{self, MAX_RESPONSE_BYTES};
+use super::endpoint::{self, Violation};
 use super::{LookupCall, Secret, secrets};
 use crate::config::PoolSettings;
 use crate::contract::{
@@ -32,7 +33,7 @@ use serde::Deserialize;
 use std::fmt;
 use std::time::Duration;
 use tokio::time::{Instant, timeout_at};
-use url::{Host, Url};
+use url::Url;
 
 /// Why an HTTP provider could not be set up. Messages never include the secret.
 #[derive(Debug, thiserror::Error)]
@@ -423,37 +424,17 @@ fn parse_describe(bytes: &[u8]) -> Result<Described, Failure> {
     })
 }
 
-/// `https://` anywhere, `http://` only to a loopback host; no credentials, query or
-/// fragment (nothing in the URL may vary per request or leak a credential into logs).
-fn check_endpoint(endpoint: &Url) -> Result<(), HttpSetupError> {
-    let Some(host) = endpoint.host().filter(|h| !matches!(h, Host::Domain(""))) else {
-        return Err(HttpSetupError::NoHost);
-    };
-    match endpoint.scheme() {
-        "https" => {}
-        "http" if is_loopback(&host) => {}
-        "http" => {
-            return Err(HttpSetupError::InsecureEndpoint {
-                host: host.to_string(),
-            });
+/// The endpoint rule ([`endpoint`]), telling the most fundamental violation.
+fn check_endpoint(url: &Url) -> Result<(), HttpSetupError> {
+    match endpoint::violations(url).into_iter().min() {
+        None => Ok(()),
+        Some(Violation::NoHost) => Err(HttpSetupError::NoHost),
+        Some(Violation::Insecure { host }) => Err(HttpSetupError::InsecureEndpoint { host }),
+        Some(Violation::UnsupportedScheme(scheme)) => {
+            Err(HttpSetupError::UnsupportedScheme(scheme))
         }
-        other => return Err(HttpSetupError::UnsupportedScheme(other.to_owned())),
-    }
-    if !endpoint.username().is_empty() || endpoint.password().is_some() {
-        return Err(HttpSetupError::CredentialsInEndpoint);
-    }
-    if endpoint.query().is_some() || endpoint.fragment().is_some() {
-        return Err(HttpSetupError::QueryInEndpoint);
-    }
-    Ok(())
-}
-
-/// `localhost`, 127.0.0.0/8 and `::1`, exactly as bindings define loopback.
-fn is_loopback(host: &Host<&str>) -> bool {
-    match host {
-        Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
-        Host::Ipv4(ip) => ip.is_loopback(),
-        Host::Ipv6(ip) => ip.is_loopback(),
+        Some(Violation::Credentials) => Err(HttpSetupError::CredentialsInEndpoint),
+        Some(Violation::Query | Violation::Fragment) => Err(HttpSetupError::QueryInEndpoint),
     }
 }
 

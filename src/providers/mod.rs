@@ -5,10 +5,12 @@
 //! thread of the coordinator that was granted it.
 
 pub mod bounds;
+pub mod endpoint;
 pub mod http;
 pub mod secrets;
 pub mod sqlite;
 
+use crate::config::{EnvVars, ProviderBinding, ProviderKind};
 use std::fmt;
 use tokio::time::Instant;
 
@@ -124,6 +126,54 @@ impl Implementation {
     pub fn close(&self) {
         if let Implementation::Sqlite(provider) = self {
             provider.close();
+        }
+    }
+}
+
+/// Why the implementation a binding names could not be built. Messages never include a
+/// secret.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("secret env var {0} is not set")]
+    SecretNotSet(String),
+    #[error(transparent)]
+    Http(#[from] http::HttpSetupError),
+    #[error(transparent)]
+    Sqlite(#[from] sqlite::SqliteSetupError),
+}
+
+impl Implementation {
+    /// Builds the implementation a binding names, as `serve` does at start-up: the HTTP
+    /// client with the secret read from `env`, or the SQLite file opened read-only with
+    /// its query prepared — so a broken binding stops start-up instead of failing turns.
+    pub async fn build(
+        binding: &ProviderBinding,
+        env: &EnvVars,
+    ) -> Result<Implementation, SetupError> {
+        match &binding.kind {
+            ProviderKind::Http {
+                endpoint,
+                secret_env,
+            } => {
+                let secret = match secret_env {
+                    Some(name) => Some(Secret::new(
+                        env.get(name)
+                            .ok_or_else(|| SetupError::SecretNotSet(name.clone()))?,
+                    )),
+                    None => None,
+                };
+                let provider = http::HttpProvider::new(
+                    endpoint.clone(),
+                    secret,
+                    &binding.pool,
+                    binding.timeout,
+                )?;
+                Ok(Implementation::Http(provider))
+            }
+            ProviderKind::Sqlite { database, query } => {
+                let provider = sqlite::SqliteProvider::open(database, query, &binding.pool).await?;
+                Ok(Implementation::Sqlite(provider))
+            }
         }
     }
 }

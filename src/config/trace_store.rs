@@ -1,0 +1,133 @@
+//! Where the trace store and its digest key live, resolved in one place for `serve`,
+//! `doctor` and `replay`: the store's file and folder, and the HMAC digest key — from its
+//! env var, or the generated key kept in the store's folder.
+
+use super::{EnvVars, TraceSettings, TraceStore};
+use crate::trace::DigestKey;
+use crate::trace::digest::{DigestKeyError, GENERATED_KEY_FILE};
+use std::path::{Path, PathBuf};
+
+impl TraceSettings {
+    /// The trace store's file.
+    pub fn store_path(&self) -> &Path {
+        match &self.store {
+            TraceStore::Sqlite(path) => path,
+        }
+    }
+
+    /// The trace store's folder (the store, its WAL and journal, a generated key).
+    pub fn store_folder(&self) -> PathBuf {
+        folder_of(self.store_path())
+    }
+
+    /// Where the digest key comes from under these settings.
+    pub fn digest_key_source(&self) -> DigestKeySource {
+        DigestKeySource::beside(
+            self.store_path(),
+            &self.digest_key_env,
+            self.generate_digest_key,
+        )
+    }
+}
+
+/// Where the digest key comes from: the env var `env_name`, else — when `generate`
+/// allows it — the key file kept in the trace store's folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DigestKeySource {
+    pub env_name: String,
+    pub generate: bool,
+    /// The trace store's folder, where a generated key is kept.
+    pub folder: PathBuf,
+}
+
+impl DigestKeySource {
+    /// The key of the store at `store`: from `env_name`, or (when `generate`) kept
+    /// beside the store.
+    pub fn beside(store: &Path, env_name: &str, generate: bool) -> DigestKeySource {
+        DigestKeySource {
+            env_name: env_name.to_owned(),
+            generate,
+            folder: folder_of(store),
+        }
+    }
+
+    /// The generated key's file.
+    pub fn key_file(&self) -> PathBuf {
+        self.folder.join(GENERATED_KEY_FILE)
+    }
+
+    /// The key as `serve` resolves it: the env var's value, else the kept key file,
+    /// created when it is allowed and missing.
+    pub fn resolve(&self, env: &EnvVars) -> Result<DigestKey, DigestKeyError> {
+        DigestKey::resolve(
+            env.get(&self.env_name),
+            &self.env_name,
+            self.generate,
+            &self.folder,
+        )
+    }
+}
+
+/// The folder of a file; `.` for a bare file name.
+fn folder_of(file: &Path) -> PathBuf {
+    match file.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ServerConfig;
+
+    #[test]
+    fn the_key_is_kept_in_the_store_folder() {
+        let config = ServerConfig::parse(
+            concat!(
+                "[trace]\nstore = \"sqlite:data/traces.db\"\ndigest_key_env = \"K\"\ngenerate_digest_key = true\n",
+                "[[tenants]]\nid = \"acme\"\napi_key_env = \"ACME_KEY\"\n",
+                "[[tenants.projects]]\npath = \"p.json\"\nbinding = \"b.toml\"\n",
+            ),
+            Path::new("/srv/ctxd"),
+        )
+        .unwrap();
+        assert_eq!(
+            config.trace.store_path(),
+            Path::new("/srv/ctxd/data/traces.db")
+        );
+        assert_eq!(config.trace.store_folder(), Path::new("/srv/ctxd/data"));
+        let source = config.trace.digest_key_source();
+        assert_eq!(
+            source,
+            DigestKeySource {
+                env_name: "K".to_owned(),
+                generate: true,
+                folder: PathBuf::from("/srv/ctxd/data"),
+            }
+        );
+        assert_eq!(
+            source.key_file(),
+            Path::new("/srv/ctxd/data").join(GENERATED_KEY_FILE)
+        );
+        let bare = DigestKeySource::beside(Path::new("traces.db"), "K", false);
+        assert_eq!(bare.folder, Path::new("."));
+    }
+
+    #[test]
+    fn the_env_var_wins_and_a_key_is_generated_only_when_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("traces.db");
+        let env: EnvVars = [("K", "k".repeat(32))].into_iter().collect();
+        let refused = DigestKeySource::beside(&store, "K", false);
+        assert!(refused.resolve(&env).is_ok());
+        assert!(!refused.key_file().exists());
+        assert!(matches!(
+            refused.resolve(&EnvVars::default()),
+            Err(DigestKeyError::Missing(_))
+        ));
+        let generated = DigestKeySource::beside(&store, "K", true);
+        generated.resolve(&EnvVars::default()).unwrap();
+        assert!(generated.key_file().is_file());
+    }
+}

@@ -1,0 +1,463 @@
+//! The deployment a server config describes, resolved once for `serve`, `validate` and
+//! `doctor`: every tenant's Projects and Bindings loaded, each project's providers matched
+//! to their binding entries, the environment checked — and every problem found, with its
+//! file and path, the tenant, project, binding file or provider it concerns, and the
+//! [`Severity`] that says what it means for serving.
+//!
+//! Reads the Project and binding files; opens no database, resolves no host, starts
+//! nothing. The environment is passed in.
+//!
+//! What each command does with a severity is fixed: `validate` reports every problem
+//! (exit 1); `doctor` fails on [`Severity::Fatal`] and [`Severity::Degraded`] and warns
+//! on [`Severity::Warning`]; `serve` refuses to start on `Fatal`, logs `Degraded`, and
+//! says nothing of `Warning`.
+
+use crate::config::{
+    Binding, EnvVars, EnvironmentNeed, ProviderBinding, ServerConfig, TenantConfig, key_path,
+};
+use crate::project::{LoadError, Project};
+use crate::validation::Problem;
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What a problem means for serving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// `serve` refuses to start.
+    Fatal,
+    /// `serve` starts, but turns cannot be answered as the Project intends: a required
+    /// provider without a binding entry answers `NOT_BOUND`.
+    Degraded,
+    /// `serve` is unaffected, but the files say something they do not mean: a binding
+    /// entry no project declares is never called.
+    Warning,
+}
+
+/// What a problem is about, with the indexes and ids that locate it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// A tenant's `api_key_env` is unset or empty, or holds another tenant's key.
+    ApiKey,
+    /// The digest key's env var is unset and no key may be generated.
+    DigestKey,
+    /// The Project file at `project` (index in the tenant's `projects`) cannot be read or
+    /// is invalid.
+    Project { project: usize },
+    /// The binding file cannot be read or is invalid.
+    Binding { binding: PathBuf },
+    /// The project at `project` has the id of the one at `first`: a tenant serves a
+    /// project id once.
+    ProjectServedTwice { project: usize, first: usize },
+    /// The project at `project` requires `provider`, which its binding has no entry for.
+    Unbound { project: usize, provider: String },
+    /// The binding has an entry for `provider`, which no project of the tenant that uses
+    /// the binding declares.
+    Undeclared { binding: PathBuf, provider: String },
+    /// The `secret_env` of the binding's entry for `provider` is unset or empty; `served`
+    /// when a project of the tenant declares the provider, so `serve` builds it.
+    Secret {
+        binding: PathBuf,
+        provider: String,
+        served: bool,
+    },
+}
+
+impl ProblemKind {
+    /// What the problem means for serving: decided here, once, for every command.
+    pub fn severity(&self) -> Severity {
+        match self {
+            ProblemKind::ApiKey
+            | ProblemKind::DigestKey
+            | ProblemKind::Project { .. }
+            | ProblemKind::Binding { .. }
+            | ProblemKind::ProjectServedTwice { .. }
+            | ProblemKind::Secret { served: true, .. } => Severity::Fatal,
+            ProblemKind::Unbound { .. } => Severity::Degraded,
+            ProblemKind::Undeclared { .. } | ProblemKind::Secret { served: false, .. } => {
+                Severity::Warning
+            }
+        }
+    }
+
+    /// Whether the environment lacks what the server config itself needs.
+    pub fn is_environment(&self) -> bool {
+        matches!(self, ProblemKind::ApiKey | ProblemKind::DigestKey)
+    }
+
+    /// Whether it concerns bindings, which `serve --fixtures` does not use.
+    pub fn concerns_bindings(&self) -> bool {
+        matches!(
+            self,
+            ProblemKind::Binding { .. }
+                | ProblemKind::Unbound { .. }
+                | ProblemKind::Undeclared { .. }
+                | ProblemKind::Secret { .. }
+        )
+    }
+}
+
+/// One problem of a deployment. Displays as `file: path: message`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeploymentProblem {
+    /// The file it is in, as given: the server config, a Project or a binding.
+    pub file: String,
+    /// Where in that file, and what.
+    pub problem: Problem,
+    /// The tenant it belongs to (index in `ServerConfig::tenants`); `None` for the
+    /// digest key.
+    pub tenant: Option<usize>,
+    pub kind: ProblemKind,
+}
+
+impl DeploymentProblem {
+    pub fn severity(&self) -> Severity {
+        self.kind.severity()
+    }
+}
+
+impl fmt::Display for DeploymentProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.file, self.problem)
+    }
+}
+
+/// A server config's tenants with what they serve, and every problem found.
+#[derive(Debug)]
+pub struct Deployment {
+    /// One per tenant of the config, in its order.
+    pub tenants: Vec<TenantDeployment>,
+    /// Every problem, in the config's order: the environment first, then each tenant's
+    /// projects in order (with the binding each names first), then its bindings.
+    pub problems: Vec<DeploymentProblem>,
+}
+
+/// One tenant's Projects and Bindings, as far as they loaded.
+#[derive(Debug)]
+pub struct TenantDeployment {
+    /// Index in `ServerConfig::tenants`.
+    pub index: usize,
+    pub id: String,
+    /// Each project that loaded, in the config's order. A project id served twice is
+    /// here twice, and a [`ProblemKind::ProjectServedTwice`].
+    pub projects: Vec<ResolvedProject>,
+    /// Each binding file that loaded, once, in the order the projects name them.
+    pub bindings: Vec<Arc<ResolvedBinding>>,
+}
+
+/// A binding file that loaded.
+#[derive(Debug)]
+pub struct ResolvedBinding {
+    /// As the config names it; one provider actor runs per tenant × file × provider id.
+    pub path: PathBuf,
+    pub binding: Binding,
+}
+
+/// A project that loaded, with the binding entries that serve it.
+#[derive(Debug)]
+pub struct ResolvedProject {
+    /// Index in the tenant's `projects`.
+    pub index: usize,
+    /// The Project (or Build) file.
+    pub path: PathBuf,
+    pub project: Project,
+    /// The Build's JSON, which traces record so that replays run the same build.
+    pub build_json: String,
+    /// Its binding, when that loaded.
+    pub binding: Option<Arc<ResolvedBinding>>,
+    /// The entry of each provider the project requires that its binding serves, in the
+    /// project's order; the others are [`ProblemKind::Unbound`].
+    pub providers: Vec<ProviderBinding>,
+}
+
+impl Deployment {
+    /// Loads every tenant's Projects and Bindings and checks them against each other and
+    /// against `env`, collecting every problem.
+    pub fn resolve(config: &ServerConfig, env: &EnvVars) -> Deployment {
+        let mut problems = ProblemList {
+            config_file: &config.file,
+            list: Vec::new(),
+        };
+        check_environment(config, env, &mut problems);
+        let tenants = config
+            .tenants
+            .iter()
+            .enumerate()
+            .map(|(index, tenant)| resolve_tenant(index, tenant, env, &mut problems))
+            .collect();
+        Deployment {
+            tenants,
+            problems: problems.list,
+        }
+    }
+
+    /// The problems of the tenant at `index`.
+    pub fn problems_of(&self, index: usize) -> impl Iterator<Item = &DeploymentProblem> {
+        self.problems
+            .iter()
+            .filter(move |p| p.tenant == Some(index))
+    }
+}
+
+/// Collects the problems of one resolution.
+struct ProblemList<'a> {
+    /// The server config's file, for problems found in it.
+    config_file: &'a str,
+    list: Vec<DeploymentProblem>,
+}
+
+impl ProblemList<'_> {
+    fn add(
+        &mut self,
+        file: impl Into<String>,
+        problem: Problem,
+        tenant: Option<usize>,
+        kind: ProblemKind,
+    ) {
+        self.list.push(DeploymentProblem {
+            file: file.into(),
+            problem,
+            tenant,
+            kind,
+        });
+    }
+
+    fn in_config(&mut self, problem: Problem, tenant: Option<usize>, kind: ProblemKind) {
+        let file = self.config_file.to_owned();
+        self.add(file, problem, tenant, kind);
+    }
+}
+
+/// The environment's problems, each with the tenant whose API key it concerns.
+fn check_environment(config: &ServerConfig, env: &EnvVars, problems: &mut ProblemList<'_>) {
+    for found in config.environment_problems(env) {
+        let (tenant, kind) = match found.need {
+            EnvironmentNeed::ApiKey { tenant } => (Some(tenant), ProblemKind::ApiKey),
+            EnvironmentNeed::DigestKey => (None, ProblemKind::DigestKey),
+        };
+        problems.in_config(found.problem, tenant, kind);
+    }
+}
+
+/// One binding file as a tenant's projects use it.
+struct BindingUse {
+    path: PathBuf,
+    binding: Option<Arc<ResolvedBinding>>,
+    /// Provider ids declared by the projects using this binding.
+    declared: BTreeSet<String>,
+    /// Whether every project using it loaded, so `declared` is complete.
+    all_projects_loaded: bool,
+}
+
+fn resolve_tenant(
+    index: usize,
+    tenant: &TenantConfig,
+    env: &EnvVars,
+    problems: &mut ProblemList<'_>,
+) -> TenantDeployment {
+    let mut uses: Vec<BindingUse> = Vec::new();
+    let mut projects: Vec<ResolvedProject> = Vec::new();
+    let mut first_of_id: HashMap<String, usize> = HashMap::new();
+    for (project_index, reference) in tenant.projects.iter().enumerate() {
+        let project_file = reference.path.display().to_string();
+        let project = Project::load(&reference.path)
+            .inspect_err(|error| {
+                for problem in project_problems(error) {
+                    problems.add(
+                        &project_file,
+                        problem,
+                        Some(index),
+                        ProblemKind::Project {
+                            project: project_index,
+                        },
+                    );
+                }
+            })
+            .ok();
+        let position = match uses.iter().position(|u| u.path == reference.binding) {
+            Some(position) => position,
+            None => {
+                uses.push(load_binding(index, &reference.binding, problems));
+                uses.len() - 1
+            }
+        };
+        let use_ = &mut uses[position];
+        let Some(project) = project else {
+            use_.all_projects_loaded = false;
+            continue;
+        };
+        if let Some(&first) = first_of_id.get(project.id()) {
+            problems.in_config(
+                Problem::new(
+                    format!("tenants[{index}].projects[{project_index}].path"),
+                    format!(
+                        "project id {:?} is already served by tenant {:?} at projects[{first}]",
+                        project.id(),
+                        tenant.id
+                    ),
+                ),
+                Some(index),
+                ProblemKind::ProjectServedTwice {
+                    project: project_index,
+                    first,
+                },
+            );
+        } else {
+            first_of_id.insert(project.id().to_owned(), project_index);
+        }
+        use_.declared
+            .extend(project.providers.iter().map(|spec| spec.id.clone()));
+        let mut providers = Vec::new();
+        if let Some(binding) = &use_.binding {
+            let binding_file = binding.path.display().to_string();
+            for spec in &project.providers {
+                match binding.binding.providers.get(&spec.id) {
+                    Some(entry) => providers.push(entry.clone()),
+                    None => problems.add(
+                        &binding_file,
+                        Problem::new(
+                            "providers",
+                            format!(
+                                "provider {:?} required by the project has no binding; its layers would be NOT_BOUND (project {:?}, {project_file})",
+                                spec.id,
+                                project.id(),
+                            ),
+                        ),
+                        Some(index),
+                        ProblemKind::Unbound {
+                            project: project_index,
+                            provider: spec.id.clone(),
+                        },
+                    ),
+                }
+            }
+        }
+        projects.push(ResolvedProject {
+            index: project_index,
+            path: reference.path.clone(),
+            build_json: project.build().to_json_pretty(),
+            project,
+            binding: use_.binding.clone(),
+            providers,
+        });
+    }
+    for use_ in &uses {
+        check_binding_use(index, tenant, use_, env, &projects, problems);
+    }
+    TenantDeployment {
+        index,
+        id: tenant.id.clone(),
+        projects,
+        bindings: uses.into_iter().filter_map(|u| u.binding).collect(),
+    }
+}
+
+/// Each problem of a Project file, at its JSON path (the whole file when unreadable).
+fn project_problems(error: &LoadError) -> Vec<Problem> {
+    match error {
+        LoadError::Read { source, .. } => {
+            vec![Problem::new("", format!("cannot read the file: {source}"))]
+        }
+        LoadError::Invalid { errors, .. } => errors.0.clone(),
+    }
+}
+
+fn load_binding(tenant: usize, path: &Path, problems: &mut ProblemList<'_>) -> BindingUse {
+    let binding = match Binding::load(path) {
+        Ok(binding) => Some(Arc::new(ResolvedBinding {
+            path: path.to_path_buf(),
+            binding,
+        })),
+        Err(errors) => {
+            for problem in errors.errors {
+                problems.add(
+                    &errors.file,
+                    problem,
+                    Some(tenant),
+                    ProblemKind::Binding {
+                        binding: path.to_path_buf(),
+                    },
+                );
+            }
+            None
+        }
+    };
+    BindingUse {
+        path: path.to_path_buf(),
+        binding,
+        declared: BTreeSet::new(),
+        all_projects_loaded: true,
+    }
+}
+
+/// Entries no project declares, and secrets the environment lacks. A missing secret
+/// stops `serve` only for an entry it builds: one a project of the tenant declares.
+fn check_binding_use(
+    tenant_index: usize,
+    tenant: &TenantConfig,
+    use_: &BindingUse,
+    env: &EnvVars,
+    projects: &[ResolvedProject],
+    problems: &mut ProblemList<'_>,
+) {
+    let Some(binding) = &use_.binding else {
+        return;
+    };
+    let binding_file = binding.path.display().to_string();
+    if use_.all_projects_loaded {
+        for id in binding.binding.providers.keys() {
+            if !use_.declared.contains(id) {
+                problems.add(
+                    &binding_file,
+                    Problem::new(
+                        key_path("providers", id),
+                        format!(
+                            "provider {id:?} is not declared by any project of tenant {:?} that uses this binding",
+                            tenant.id
+                        ),
+                    ),
+                    Some(tenant_index),
+                    ProblemKind::Undeclared {
+                        binding: binding.path.clone(),
+                        provider: id.clone(),
+                    },
+                );
+            }
+        }
+    }
+    for (id, name) in binding.binding.secret_envs() {
+        let state = match env.get(name) {
+            None => "is not set",
+            Some("") => "is empty",
+            Some(_) => continue,
+        };
+        let served = projects.iter().any(|project| {
+            project
+                .binding
+                .as_ref()
+                .is_some_and(|b| Arc::ptr_eq(b, binding))
+                && project.providers.iter().any(|entry| entry.id == id)
+        });
+        problems.add(
+            &binding_file,
+            Problem::new(
+                key_path(&key_path("providers", id), "secret_env"),
+                format!(
+                    "environment variable {name:?} {state}: provider {id:?} cannot authenticate"
+                ),
+            ),
+            Some(tenant_index),
+            ProblemKind::Secret {
+                binding: binding.path.clone(),
+                provider: id.to_owned(),
+                served,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_files;
+#[cfg(test)]
+mod tests;
