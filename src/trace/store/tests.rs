@@ -315,10 +315,18 @@ fn tampered_retained_rows_are_left_out() {
         [&fa],
     )
     .unwrap();
-    // One ciphertext byte flipped.
+    // One ciphertext byte flipped (every bit of it, so the byte surely changes).
+    let mut ciphertext: Vec<u8> = conn
+        .query_row(
+            "SELECT ciphertext FROM retained_content WHERE fingerprint = ?1",
+            [&fb],
+            |row| row.get(0),
+        )
+        .unwrap();
+    ciphertext[30] ^= 0xFF;
     conn.execute(
-        "UPDATE retained_content SET ciphertext = CAST(substr(ciphertext, 1, 30) || X'00' || substr(ciphertext, 32) AS BLOB) WHERE fingerprint = ?1",
-        [&fb],
+        "UPDATE retained_content SET ciphertext = ?1 WHERE fingerprint = ?2",
+        rusqlite::params![ciphertext, fb],
     )
     .unwrap();
     // A validly sealed item under a fingerprint that is not its digest.
