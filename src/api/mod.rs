@@ -13,11 +13,11 @@ mod traces;
 pub use errors::ApiError;
 pub(crate) use tenant::Tenant;
 
-use crate::actors::{Coordinator, ProviderActor, Registry};
+use crate::actors::{Coordinator, CoordinatorSnapshot, ProviderActor, Registry, coordinator};
 use actix::prelude::*;
 use actix_web::{App, HttpServer, dev::Server, web};
 use std::net::TcpListener;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Shared by every worker.
@@ -27,6 +27,43 @@ pub struct ApiState {
     pub providers: Vec<Addr<ProviderActor>>,
     /// Renders `GET /metrics`; `None` when metrics are disabled.
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    /// Every worker's coordinator, registered as its worker starts: `/readyz` and
+    /// shutdown ask them which turns are still running.
+    pub coordinators: Coordinators,
+}
+
+/// The coordinators of the running workers.
+#[derive(Clone, Default)]
+pub struct Coordinators(Arc<Mutex<Vec<Addr<Coordinator>>>>);
+
+impl Coordinators {
+    fn register(&self, coordinator: Addr<Coordinator>) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(coordinator);
+    }
+
+    /// Every coordinator's turns, summed: in flight now, and finished. A coordinator
+    /// whose worker has stopped counts nothing.
+    pub async fn turns(&self) -> CoordinatorSnapshot {
+        let addrs = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut total = CoordinatorSnapshot {
+            in_flight: 0,
+            finished: 0,
+        };
+        for addr in addrs {
+            if let Ok(snapshot) = addr.send(coordinator::Observe).await {
+                total.in_flight += snapshot.in_flight;
+                total.finished += snapshot.finished;
+            }
+        }
+        total
+    }
 }
 
 /// Builds the server on an already bound listener (tests bind `127.0.0.1:0`). Signals
@@ -41,6 +78,7 @@ pub fn server(
     let server = HttpServer::new(move || {
         // One coordinator per worker, on the worker's own thread.
         let coordinator = Coordinator::new(Arc::clone(&state.registry)).start();
+        state.coordinators.register(coordinator.clone());
         App::new()
             .app_data(state.clone())
             .app_data(web::Data::new(coordinator))

@@ -81,7 +81,12 @@ async fn readyz(state: web::Data<ApiState>) -> HttpResponse {
     } else {
         "ready"
     };
-    let body = json!({"status": status, "providers": providers});
+    let turns = state.coordinators.turns().await;
+    let body = json!({
+        "status": status,
+        "providers": providers,
+        "turns": {"inFlight": turns.in_flight, "finished": turns.finished},
+    });
     if starting {
         HttpResponse::ServiceUnavailable().json(body)
     } else {

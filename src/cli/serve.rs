@@ -62,6 +62,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             registry: topology.registry(),
             providers: topology.provider_addrs(),
             metrics: metrics.clone(),
+            coordinators: Default::default(),
         };
         if let Some(handle) = metrics {
             let registry = topology.registry();

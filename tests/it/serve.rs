@@ -620,6 +620,57 @@ async fn health_and_readiness_follow_describe() {
     assert_eq!(bad["problem"], "INCOMPATIBLE (WRONG_CONTRACT)");
 }
 
+/// `/readyz`'s count of the coordinators' turns.
+async fn readiness_turns(ctxd: &Ctxd) -> (u64, u64) {
+    let ready: Value = client()
+        .get(ctxd.url("/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let turns = &ready["turns"];
+    (
+        turns["inFlight"].as_u64().unwrap(),
+        turns["finished"].as_u64().unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_shows_the_turns_the_coordinators_are_running() {
+    let server = ProviderServer::new()
+        .delay(Duration::from_millis(600))
+        .start()
+        .await;
+    let (_deployment, ctxd) = start_one(&server, "");
+    assert_eq!(readiness_turns(&ctxd).await, (0, 0));
+    let running = {
+        let url = ctxd.url("/v1/turns");
+        tokio::spawn(async move {
+            client()
+                .post(url)
+                .bearer_auth(KEY)
+                .json(&lookup(VALUE))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
+    };
+    let mut seen = (0, 0);
+    for _ in 0..50 {
+        seen = readiness_turns(&ctxd).await;
+        if seen.0 == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(seen, (1, 0), "the slow turn is in flight on a coordinator");
+    assert_eq!(running.await.unwrap(), 200);
+    assert_eq!(readiness_turns(&ctxd).await, (0, 1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_deployment_serves_live_from_sqlite_and_from_fixtures() {
     let config = root().join("config/ctxd.toml");
