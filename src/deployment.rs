@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 /// What a problem means for serving.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Severity {
+pub(crate) enum Severity {
     /// `serve` refuses to start.
     Fatal,
     /// `serve` starts, but turns cannot be answered as the Project intends: a required
@@ -37,7 +37,7 @@ pub enum Severity {
 
 /// What a problem is about, with the indexes and ids that locate it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProblemKind {
+pub(crate) enum ProblemKind {
     /// A tenant's `api_key_env` is unset or empty, or holds another tenant's key.
     ApiKey,
     /// The digest key's env var is unset and no key may be generated.
@@ -66,7 +66,7 @@ pub enum ProblemKind {
 
 impl ProblemKind {
     /// What the problem means for serving: decided here, once, for every command.
-    pub fn severity(&self) -> Severity {
+    pub(crate) fn severity(&self) -> Severity {
         match self {
             ProblemKind::ApiKey
             | ProblemKind::DigestKey
@@ -82,12 +82,12 @@ impl ProblemKind {
     }
 
     /// Whether the environment lacks what the server config itself needs.
-    pub fn is_environment(&self) -> bool {
+    pub(crate) fn is_environment(&self) -> bool {
         matches!(self, ProblemKind::ApiKey | ProblemKind::DigestKey)
     }
 
     /// Whether it concerns bindings, which `serve --fixtures` does not use.
-    pub fn concerns_bindings(&self) -> bool {
+    pub(crate) fn concerns_bindings(&self) -> bool {
         matches!(
             self,
             ProblemKind::Binding { .. }
@@ -100,19 +100,19 @@ impl ProblemKind {
 
 /// One problem of a deployment. Displays as `file: path: message`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeploymentProblem {
+pub(crate) struct DeploymentProblem {
     /// The file it is in, as given: the server config, a Project or a binding.
-    pub file: String,
+    pub(crate) file: String,
     /// Where in that file, and what.
-    pub problem: Problem,
+    pub(crate) problem: Problem,
     /// The tenant it belongs to (index in `ServerConfig::tenants`); `None` for the
     /// digest key.
-    pub tenant: Option<usize>,
-    pub kind: ProblemKind,
+    pub(crate) tenant: Option<usize>,
+    pub(crate) kind: ProblemKind,
 }
 
 impl DeploymentProblem {
-    pub fn severity(&self) -> Severity {
+    pub(crate) fn severity(&self) -> Severity {
         self.kind.severity()
     }
 }
@@ -125,56 +125,56 @@ impl fmt::Display for DeploymentProblem {
 
 /// A server config's tenants with what they serve, and every problem found.
 #[derive(Debug)]
-pub struct Deployment {
+pub(crate) struct Deployment {
     /// One per tenant of the config, in its order.
-    pub tenants: Vec<TenantDeployment>,
+    pub(crate) tenants: Vec<TenantDeployment>,
     /// Every problem, in the config's order: the environment first, then each tenant's
     /// projects in order (with the binding each names first), then its bindings.
-    pub problems: Vec<DeploymentProblem>,
+    pub(crate) problems: Vec<DeploymentProblem>,
 }
 
 /// One tenant's Projects and Bindings, as far as they loaded.
 #[derive(Debug)]
-pub struct TenantDeployment {
+pub(crate) struct TenantDeployment {
     /// Index in `ServerConfig::tenants`.
-    pub index: usize,
-    pub id: String,
+    pub(crate) index: usize,
+    pub(crate) id: String,
     /// Each project that loaded, in the config's order. A project id served twice is
     /// here twice, and a [`ProblemKind::ProjectServedTwice`].
-    pub projects: Vec<ResolvedProject>,
+    pub(crate) projects: Vec<ResolvedProject>,
     /// Each binding file that loaded, once, in the order the projects name them.
-    pub bindings: Vec<Arc<ResolvedBinding>>,
+    pub(crate) bindings: Vec<Arc<ResolvedBinding>>,
 }
 
 /// A binding file that loaded.
 #[derive(Debug)]
-pub struct ResolvedBinding {
+pub(crate) struct ResolvedBinding {
     /// As the config names it; one provider actor runs per tenant × file × provider id.
-    pub path: PathBuf,
-    pub binding: Binding,
+    pub(crate) path: PathBuf,
+    pub(crate) binding: Binding,
 }
 
 /// A project that loaded, with the binding entries that serve it.
 #[derive(Debug)]
-pub struct ResolvedProject {
+pub(crate) struct ResolvedProject {
     /// Index in the tenant's `projects`.
-    pub index: usize,
+    pub(crate) index: usize,
     /// The Project (or Build) file.
-    pub path: PathBuf,
-    pub project: Project,
+    pub(crate) path: PathBuf,
+    pub(crate) project: Project,
     /// The Build's JSON, which traces record so that replays run the same build.
-    pub build_json: String,
+    pub(crate) build_json: String,
     /// Its binding, when that loaded.
-    pub binding: Option<Arc<ResolvedBinding>>,
+    pub(crate) binding: Option<Arc<ResolvedBinding>>,
     /// The entry of each provider the project requires that its binding serves, in the
     /// project's order; the others are [`ProblemKind::Unbound`].
-    pub providers: Vec<ProviderBinding>,
+    pub(crate) providers: Vec<ProviderBinding>,
 }
 
 impl Deployment {
     /// Loads every tenant's Projects and Bindings and checks them against each other and
     /// against `env`, collecting every problem.
-    pub fn resolve(config: &ServerConfig, env: &EnvVars) -> Deployment {
+    pub(crate) fn resolve(config: &ServerConfig, env: &EnvVars) -> Deployment {
         let mut problems = ProblemList {
             config_file: &config.file,
             list: Vec::new(),
@@ -193,7 +193,7 @@ impl Deployment {
     }
 
     /// The problems of the tenant at `index`.
-    pub fn problems_of(&self, index: usize) -> impl Iterator<Item = &DeploymentProblem> {
+    pub(crate) fn problems_of(&self, index: usize) -> impl Iterator<Item = &DeploymentProblem> {
         self.problems
             .iter()
             .filter(move |p| p.tenant == Some(index))

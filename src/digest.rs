@@ -6,26 +6,26 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// `sha256:<64 hex>` of raw bytes.
-pub fn sha256_tagged(bytes: &[u8]) -> String {
+pub(crate) fn sha256_tagged(bytes: &[u8]) -> String {
     format!("sha256:{}", sha256_hex(bytes))
 }
 
 /// Lowercase hex SHA-256 of raw bytes.
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
 /// Canonical JSON: object keys sorted by their UTF-8 bytes, no insignificant whitespace,
 /// strings and numbers as serde_json writes them. Key order and formatting of the input
 /// never change the output.
-pub fn canonical_json(value: &Value) -> String {
+pub(crate) fn canonical_json(value: &Value) -> String {
     let mut out = String::with_capacity(128);
     write_canonical(value, &mut out);
     out
 }
 
 /// Canonical JSON of any serializable value.
-pub fn canonical_json_of<T: Serialize>(value: &T) -> String {
+pub(crate) fn canonical_json_of<T: Serialize>(value: &T) -> String {
     let value = serde_json::to_value(value).expect("ctxd types always serialize to JSON");
     canonical_json(&value)
 }

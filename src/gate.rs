@@ -30,7 +30,7 @@ pub struct GateRequest<'a> {
 
 /// The decision for one layer before any provider answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LayerDecision {
+pub(crate) enum LayerDecision {
     /// Not in the profile.
     Excluded,
     /// Out of scope; the reason says for what.
@@ -47,7 +47,7 @@ pub enum LayerDecision {
 
 /// Why a lookup value was refused. Never carries the value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InvalidValue {
+pub(crate) enum InvalidValue {
     /// Fails `^[A-Za-z0-9][A-Za-z0-9._:@-]{0,255}$`.
     BaseGrammar,
     /// Fails the provider's declared `lookup.pattern`.
@@ -55,7 +55,7 @@ pub enum InvalidValue {
 }
 
 impl InvalidValue {
-    pub fn detail(self) -> &'static str {
+    pub(crate) fn detail(self) -> &'static str {
         match self {
             InvalidValue::BaseGrammar => "VALUE_FAILS_BASE_GRAMMAR",
             InvalidValue::Pattern => "VALUE_FAILS_PATTERN",
@@ -65,7 +65,7 @@ impl InvalidValue {
 
 /// The decision for one provider of the project.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProviderDecision {
+pub(crate) enum ProviderDecision {
     /// No layer of this turn reached the provider.
     NotNeeded,
     /// Invoke it: index into `Plan::invocations` (and into the turn's calls, which
@@ -79,7 +79,7 @@ pub enum ProviderDecision {
 
 impl ProviderDecision {
     /// The provider status this decision reports before any invocation, if it is final.
-    pub fn final_status(self) -> Option<ProviderStatus> {
+    pub(crate) fn final_status(self) -> Option<ProviderStatus> {
         match self {
             ProviderDecision::NotNeeded | ProviderDecision::Invoke(_) => None,
             ProviderDecision::InvalidRequest(_) => Some(ProviderStatus::InvalidRequest),
@@ -93,12 +93,12 @@ impl ProviderDecision {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invocation {
     /// Index into `Project::providers`.
-    pub provider: usize,
-    pub provider_id: String,
+    pub(crate) provider: usize,
+    pub(crate) provider_id: String,
     /// Lookup key name (the input name); the only part of the request that is traced.
-    pub key: String,
+    pub(crate) key: String,
     /// The lookup value: validated against the base grammar and the declared pattern.
-    pub value: String,
+    pub(crate) value: String,
     pub limit: u32,
 }
 
@@ -114,12 +114,12 @@ pub struct Plan {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decisions {
     /// Per layer index.
-    pub layers: Vec<LayerDecision>,
+    pub(crate) layers: Vec<LayerDecision>,
     /// Per provider index.
-    pub providers: Vec<ProviderDecision>,
+    pub(crate) providers: Vec<ProviderDecision>,
     /// A required layer is already `UNKNOWN` or `UNAVAILABLE`: the turn is blocked and
     /// nothing is invoked.
-    pub blocked: bool,
+    pub(crate) blocked: bool,
 }
 
 /// Decides a turn. `is_bound(provider_id)` says whether the deployment binds a provider.
@@ -275,7 +275,7 @@ fn refusal(
 }
 
 /// Whether a lookup value may be sent: base grammar first, then the declared pattern.
-pub fn check_value(value: &str, pattern: Option<&Regex>) -> Option<InvalidValue> {
+pub(crate) fn check_value(value: &str, pattern: Option<&Regex>) -> Option<InvalidValue> {
     if !BASE_GRAMMAR.is_match(value) {
         return Some(InvalidValue::BaseGrammar);
     }

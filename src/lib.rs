@@ -26,22 +26,22 @@
 //! - [`telemetry`] — logging.
 //! - [`cli`] — one module per subcommand.
 
-pub mod actors;
-pub mod api;
+pub(crate) mod actors;
+pub(crate) mod api;
 pub mod cli;
 pub mod config;
 pub mod contract;
-pub mod deployment;
+pub(crate) mod deployment;
 pub mod digest;
-pub mod fixtures;
+pub(crate) mod fixtures;
 pub mod gate;
-pub mod handles;
+pub(crate) mod handles;
 pub mod kernel;
 pub mod outcome;
 pub mod project;
 pub mod providers;
-pub mod resilience;
-pub mod telemetry;
+pub(crate) mod resilience;
+pub(crate) mod telemetry;
 pub mod trace;
 pub mod turn;
 pub mod validation;

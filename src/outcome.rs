@@ -9,32 +9,32 @@ use std::time::{Duration, SystemTime};
 
 /// The `detail` codes of fast failures and refusals, as the API, traces and metrics
 /// spell them. [`Failure::detail`] is the one place that maps a failure to its code.
-pub mod detail {
-    pub const CIRCUIT_OPEN: &str = "CIRCUIT_OPEN";
-    pub const OVERLOADED: &str = "OVERLOADED";
-    pub const REDIRECT_REFUSED: &str = "REDIRECT_REFUSED";
-    pub const CREDENTIAL_REFLECTED: &str = "CREDENTIAL_REFLECTED";
-    pub const UNAUTHORIZED: &str = "UNAUTHORIZED";
-    pub const CONNECT_FAILED: &str = "CONNECT_FAILED";
-    pub const CONNECTION_RESET: &str = "CONNECTION_RESET";
-    pub const RESPONSE_TOO_LARGE: &str = "RESPONSE_TOO_LARGE";
-    pub const TOO_MANY_ITEMS: &str = "TOO_MANY_ITEMS";
-    pub const ITEM_TOO_LARGE: &str = "ITEM_TOO_LARGE";
-    pub const WRONG_CONTRACT: &str = "WRONG_CONTRACT";
-    pub const NO_LOOKUP_CAPABILITY: &str = "NO_LOOKUP_CAPABILITY";
-    pub const MALFORMED: &str = "MALFORMED";
-    pub const DEADLINE: &str = "DEADLINE";
+pub(crate) mod detail {
+    pub(crate) const CIRCUIT_OPEN: &str = "CIRCUIT_OPEN";
+    pub(crate) const OVERLOADED: &str = "OVERLOADED";
+    pub(crate) const REDIRECT_REFUSED: &str = "REDIRECT_REFUSED";
+    pub(crate) const CREDENTIAL_REFLECTED: &str = "CREDENTIAL_REFLECTED";
+    pub(crate) const UNAUTHORIZED: &str = "UNAUTHORIZED";
+    pub(crate) const CONNECT_FAILED: &str = "CONNECT_FAILED";
+    pub(crate) const CONNECTION_RESET: &str = "CONNECTION_RESET";
+    pub(crate) const RESPONSE_TOO_LARGE: &str = "RESPONSE_TOO_LARGE";
+    pub(crate) const TOO_MANY_ITEMS: &str = "TOO_MANY_ITEMS";
+    pub(crate) const ITEM_TOO_LARGE: &str = "ITEM_TOO_LARGE";
+    pub(crate) const WRONG_CONTRACT: &str = "WRONG_CONTRACT";
+    pub(crate) const NO_LOOKUP_CAPABILITY: &str = "NO_LOOKUP_CAPABILITY";
+    pub(crate) const MALFORMED: &str = "MALFORMED";
+    pub(crate) const DEADLINE: &str = "DEADLINE";
     /// `TIMEOUT`: the budget ran out while waiting for a pooled connection.
-    pub const POOL_EXHAUSTED: &str = "POOL_EXHAUSTED";
+    pub(crate) const POOL_EXHAUSTED: &str = "POOL_EXHAUSTED";
     /// `UNAVAILABLE`: the pool was closed (shutdown).
-    pub const POOL_CLOSED: &str = "POOL_CLOSED";
+    pub(crate) const POOL_CLOSED: &str = "POOL_CLOSED";
     /// `UNAVAILABLE`: the database failed (busy, locked, file gone, corrupt, I/O error).
-    pub const DATABASE_ERROR: &str = "DATABASE_ERROR";
+    pub(crate) const DATABASE_ERROR: &str = "DATABASE_ERROR";
     /// `NOT_EVALUATED`: a Context Test or Preview has no fixture for the invocation.
-    pub const PROVIDER_FIXTURE_MISSING: &str = "PROVIDER_FIXTURE_MISSING";
+    pub(crate) const PROVIDER_FIXTURE_MISSING: &str = "PROVIDER_FIXTURE_MISSING";
     /// `NOT_EVALUATED`: a replay cannot reproduce the recorded answer (its content was
     /// not retained, has expired, or no longer matches its fingerprint).
-    pub const LIVE_DEPENDENCY_UNAVAILABLE: &str = "LIVE_DEPENDENCY_UNAVAILABLE";
+    pub(crate) const LIVE_DEPENDENCY_UNAVAILABLE: &str = "LIVE_DEPENDENCY_UNAVAILABLE";
 }
 
 /// Why an invocation gave no usable answer. Each variant is one cause with a fixed
@@ -100,7 +100,7 @@ pub enum Failure {
 
 impl Failure {
     /// The provider status the failure reports.
-    pub fn status(&self) -> ProviderStatus {
+    pub(crate) fn status(&self) -> ProviderStatus {
         use ProviderStatus as S;
         match self {
             Failure::CircuitOpen
@@ -126,7 +126,7 @@ impl Failure {
     }
 
     /// The detail code the API, traces and metrics report beside the status.
-    pub fn detail(&self) -> Option<&str> {
+    pub(crate) fn detail(&self) -> Option<&str> {
         Some(match self {
             Failure::CircuitOpen => detail::CIRCUIT_OPEN,
             Failure::Overloaded => detail::OVERLOADED,
@@ -157,7 +157,7 @@ impl Failure {
     /// Whether the failure says the provider itself is failing — a timeout or an
     /// unavailable provider — and so counts toward opening its circuit. A refusal by
     /// admission never does: the provider was not contacted.
-    pub fn counts_toward_breaker(&self) -> bool {
+    pub(crate) fn counts_toward_breaker(&self) -> bool {
         !self.is_refused_by_admission()
             && matches!(
                 self.status(),
@@ -166,13 +166,13 @@ impl Failure {
     }
 
     /// Whether ctxd's own admission (circuit, permits) refused the call.
-    pub fn is_refused_by_admission(&self) -> bool {
+    pub(crate) fn is_refused_by_admission(&self) -> bool {
         matches!(self, Failure::CircuitOpen | Failure::Overloaded)
     }
 
     /// Whether the provider was contacted and answered something: an answer that was
     /// refused (bounds, secrets, contract) still shows the provider is up.
-    pub fn provider_answered(&self) -> bool {
+    pub(crate) fn provider_answered(&self) -> bool {
         matches!(
             self.status(),
             ProviderStatus::LimitExceeded
@@ -217,7 +217,7 @@ fn http_code_detail(code: u16) -> &'static str {
 
 /// The answer part of an outcome.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// `OK`: the items, none for "no record" where a provider type answers so.
     Items {
         items: Vec<Item>,
@@ -231,7 +231,7 @@ pub enum Answer {
 /// What one provider invocation produced.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
-    pub answer: Answer,
+    pub(crate) answer: Answer,
     /// The data version the answer reports.
     pub version: Option<String>,
     /// The upstream revision the answer reports.
@@ -256,7 +256,7 @@ impl Outcome {
 
     /// An answer without items as a fixture or a trace record states it: `OK` (no
     /// items, currentness unknown), `NOT_FOUND`, or a failure with its detail.
-    pub fn stated(status: ProviderStatus, detail: Option<String>, source: Source) -> Self {
+    pub(crate) fn stated(status: ProviderStatus, detail: Option<String>, source: Source) -> Self {
         let answer = match status {
             ProviderStatus::Ok => Answer::Items {
                 items: Vec::new(),
@@ -289,7 +289,7 @@ impl Outcome {
         self.failure().and_then(Failure::detail)
     }
 
-    pub fn failure(&self) -> Option<&Failure> {
+    pub(crate) fn failure(&self) -> Option<&Failure> {
         match &self.answer {
             Answer::Failed(failure) => Some(failure),
             _ => None,
@@ -320,7 +320,7 @@ impl Outcome {
     }
 
     /// A usable answer: items or a definite "no record".
-    pub fn is_success(&self) -> bool {
+    pub(crate) fn is_success(&self) -> bool {
         !matches!(self.answer, Answer::Failed(_))
     }
 }
@@ -334,7 +334,7 @@ pub struct CallFacts {
     /// How long the call took; `None` when it is not timed (Context Tests and Preview,
     /// whose output must not vary from run to run).
     pub duration: Option<Duration>,
-    pub observed_at: SystemTime,
+    pub(crate) observed_at: SystemTime,
 }
 
 impl CallFacts {
@@ -352,11 +352,11 @@ impl CallFacts {
 /// facts, and the fingerprint of every item (computed once, for rendering and trace).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Call {
-    pub invocation: Invocation,
-    pub outcome: Outcome,
+    pub(crate) invocation: Invocation,
+    pub(crate) outcome: Outcome,
     pub facts: CallFacts,
     /// SHA-256 of each item's canonical JSON, in answer order.
-    pub fingerprints: Vec<String>,
+    pub(crate) fingerprints: Vec<String>,
 }
 
 impl Call {

@@ -15,11 +15,11 @@ static ID: LazyLock<Regex> =
     LazyLock::new(|| Regex::new("^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$").expect("valid regex"));
 
 /// How to write an id, as every message about an invalid one says it.
-pub const ID_RULE: &str =
+pub(crate) const ID_RULE: &str =
     "use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit";
 
 /// Whether `id` follows the id grammar.
-pub fn is_valid_id(id: &str) -> bool {
+pub(crate) fn is_valid_id(id: &str) -> bool {
     ID.is_match(id)
 }
 
@@ -32,7 +32,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Problem {
+    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Problem {
         Problem {
             path: path.into(),
             message: message.into(),
@@ -53,7 +53,7 @@ impl fmt::Display for Problem {
 /// Collects every problem while a document is checked, so that one mistake does not hide
 /// the others.
 #[derive(Debug, Default)]
-pub struct Problems {
+pub(crate) struct Problems {
     /// Joined before every path added (`$` for a Project); empty: paths as given.
     root: String,
     list: Vec<Problem>,
@@ -63,7 +63,7 @@ pub struct Problems {
 
 impl Problems {
     /// A collector whose paths are relative to `root` (`$` gives `$.providers[0].id`).
-    pub fn under(root: &str) -> Problems {
+    pub(crate) fn under(root: &str) -> Problems {
         Problems {
             root: root.to_owned(),
             ..Problems::default()
@@ -71,7 +71,7 @@ impl Problems {
     }
 
     /// A problem at `path` (below the root; empty: the root itself).
-    pub fn add(&mut self, path: &str, message: impl Into<String>) {
+    pub(crate) fn add(&mut self, path: &str, message: impl Into<String>) {
         let path = match (self.root.is_empty(), path.is_empty()) {
             (true, _) => path.to_owned(),
             (false, true) => self.root.clone(),
@@ -80,16 +80,16 @@ impl Problems {
         self.list.push(Problem::new(path, message));
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.list.len()
     }
 
     /// Checks an id against the shared id grammar; `what` names the id in the message.
-    pub fn id(&mut self, path: &str, what: &str, id: &str) -> bool {
+    pub(crate) fn id(&mut self, path: &str, what: &str, id: &str) -> bool {
         let valid = is_valid_id(id);
         if !valid {
             self.add(path, format!("{what} id {id:?} is invalid: {ID_RULE}"));
@@ -98,21 +98,21 @@ impl Problems {
     }
 
     /// Never show `value` in a message, whichever check mentions it.
-    pub fn withhold(&mut self, value: &str) {
+    pub(crate) fn withhold(&mut self, value: &str) {
         if !value.is_empty() {
             self.withheld.push(value.to_owned());
         }
     }
 
     /// The problems as collected.
-    pub fn into_problems(self) -> Vec<Problem> {
+    pub(crate) fn into_problems(self) -> Vec<Problem> {
         self.list
     }
 
     /// The problems of a file that may hold inline secrets (configs, bindings): withheld
     /// values redacted, and a message that would still show something secret-looking
     /// replaced as a whole.
-    pub fn into_screened(self) -> Vec<Problem> {
+    pub(crate) fn into_screened(self) -> Vec<Problem> {
         let Problems { list, withheld, .. } = self;
         list.into_iter()
             .map(|mut problem| {

@@ -18,10 +18,11 @@
 use super::provider::Refusal;
 use super::topology::{Mode, ProjectRuntime, Registry, TenantRuntime};
 use crate::config::{DEFAULT_RETENTION_TTL, Retention};
+use crate::contract::HandleRef;
 use crate::contract::{Item, Source, TurnRequest, TurnResponse, VersionSource};
 use crate::fixtures::{fixture_answer, fixture_by_value};
 use crate::gate::Invocation;
-use crate::handles::{HandleMaterial, HandleRef, HandleStore};
+use crate::handles::{HandleMaterial, HandleStore};
 use crate::kernel::{self, HandleSink, Rendering};
 use crate::outcome::{CallFacts, Failure, Outcome};
 use crate::project::{MAX_BUDGET_BYTES, MIN_BUDGET_BYTES};
@@ -38,12 +39,12 @@ use std::time::Duration;
 use std::time::SystemTime;
 use tokio::time::Instant;
 
-pub const MAILBOX_CAPACITY: usize = 4096;
+pub(crate) const MAILBOX_CAPACITY: usize = 4096;
 /// Grace after the turn deadline for a provider implementation to return its own
 /// `TIMEOUT`, after which the coordinator stops waiting for it.
 const DEADLINE_GRACE: Duration = Duration::from_millis(25);
 
-pub struct Coordinator {
+pub(crate) struct Coordinator {
     registry: Arc<Registry>,
     /// Turns this worker is running now. Only this actor's context touches it: a turn is
     /// counted when its message is handled and uncounted when its future ends.
@@ -53,7 +54,7 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    pub fn new(registry: Arc<Registry>) -> Self {
+    pub(crate) fn new(registry: Arc<Registry>) -> Self {
         Coordinator {
             registry,
             in_flight: 0,
@@ -71,9 +72,9 @@ impl Actor for Coordinator {
 }
 
 /// Answer one turn for a tenant.
-pub struct RunTurn {
-    pub tenant: Arc<TenantRuntime>,
-    pub request: TurnRequest,
+pub(crate) struct RunTurn {
+    pub(crate) tenant: Arc<TenantRuntime>,
+    pub(crate) request: TurnRequest,
 }
 
 impl Message for RunTurn {
@@ -83,7 +84,7 @@ impl Message for RunTurn {
 /// Why a turn could not be answered. Provider failures are never errors: they are
 /// statuses in a `200` answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TurnError {
+pub(crate) enum TurnError {
     #[error("unknown project {0:?}")]
     UnknownProject(String),
     #[error("unknown profile {0:?}")]
@@ -113,7 +114,7 @@ impl Handler<RunTurn> for Coordinator {
 
 /// Asks a coordinator for its observable state.
 #[derive(Debug)]
-pub struct Observe;
+pub(crate) struct Observe;
 
 impl Message for Observe {
     type Result = CoordinatorSnapshot;
@@ -121,11 +122,11 @@ impl Message for Observe {
 
 /// What a coordinator shows to health checks, shutdown and tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CoordinatorSnapshot {
+pub(crate) struct CoordinatorSnapshot {
     /// Turns running on this worker now.
-    pub in_flight: usize,
+    pub(crate) in_flight: usize,
     /// Turns finished on this worker since it started.
-    pub finished: u64,
+    pub(crate) finished: u64,
 }
 
 impl Handler<Observe> for Coordinator {

@@ -11,10 +11,10 @@
 //! `topology` starts them and shuts them down in order. Actors hold state and move
 //! messages; the rules live in the pure cores.
 
-pub mod coordinator;
-pub mod provider;
-pub mod topology;
+pub(crate) mod coordinator;
+pub(crate) mod provider;
+pub(crate) mod topology;
 
-pub use coordinator::{Coordinator, CoordinatorSnapshot, RunTurn, TurnError};
-pub use provider::{Grant, Observe, ProviderActor, ProviderGate, ProviderSnapshot, Refusal};
-pub use topology::{Mode, ProjectRuntime, ProviderHandle, Registry, TenantRuntime, Topology};
+pub(crate) use coordinator::{Coordinator, CoordinatorSnapshot, RunTurn, TurnError};
+pub(crate) use provider::ProviderActor;
+pub(crate) use topology::{Mode, Registry, TenantRuntime, Topology};

@@ -22,12 +22,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Messages a provider actor's mailbox holds at most.
-pub const MAILBOX_CAPACITY: usize = 64;
+pub(crate) const MAILBOX_CAPACITY: usize = 64;
 /// How often readiness is probed (`describe` for HTTP).
-pub const PROBE_INTERVAL: Duration = Duration::from_secs(15);
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(15);
 
 /// Admission to one provider binding, shared by its actor and every coordinator.
-pub struct ProviderGate {
+pub(crate) struct ProviderGate {
     tenant: String,
     provider: String,
     implementation: Implementation,
@@ -45,18 +45,18 @@ pub struct ProviderGate {
 
 /// Permission to make one lookup: the implementation handle, a concurrency permit (held
 /// until the call ends) and the breaker ticket to report with.
-pub struct Grant {
-    pub implementation: Implementation,
-    pub permit: OwnedSemaphorePermit,
-    pub ticket: Ticket,
-    pub timeout: Duration,
+pub(crate) struct Grant {
+    pub(crate) implementation: Implementation,
+    pub(crate) permit: OwnedSemaphorePermit,
+    pub(crate) ticket: Ticket,
+    pub(crate) timeout: Duration,
     /// Version to report when the response has none, and where it comes from.
-    pub fallback_version: Option<(String, VersionSource)>,
+    pub(crate) fallback_version: Option<(String, VersionSource)>,
 }
 
 /// Why a lookup was not granted. The provider is not contacted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The circuit is open (or its half-open probes are all in flight).
     CircuitOpen,
     /// Every concurrency permit is in use.
@@ -64,7 +64,7 @@ pub enum Refusal {
 }
 
 impl ProviderGate {
-    pub fn new(
+    pub(crate) fn new(
         tenant: &str,
         provider: &str,
         implementation: Implementation,
@@ -89,7 +89,7 @@ impl ProviderGate {
     }
 
     /// Admits one lookup now, or refuses it without contacting the provider.
-    pub fn acquire(&self) -> Result<Grant, Refusal> {
+    pub(crate) fn acquire(&self) -> Result<Grant, Refusal> {
         let now = Instant::now();
         let ticket = {
             let mut breaker = self.breaker();
@@ -117,7 +117,7 @@ impl ProviderGate {
     }
 
     /// Records a granted lookup's result in the breaker.
-    pub fn report(&self, ticket: Ticket, result: CallResult) {
+    pub(crate) fn report(&self, ticket: Ticket, result: CallResult) {
         let now = Instant::now();
         let transition = self.breaker().record(ticket, result, now);
         if let Some(transition) = transition {
@@ -164,7 +164,7 @@ impl ProviderGate {
     }
 }
 
-pub struct ProviderActor {
+pub(crate) struct ProviderActor {
     gate: Arc<ProviderGate>,
     readiness: Readiness,
     /// A probe is running; probes never overlap.
@@ -179,7 +179,7 @@ struct Readiness {
 }
 
 impl ProviderActor {
-    pub fn new(gate: Arc<ProviderGate>) -> Self {
+    pub(crate) fn new(gate: Arc<ProviderGate>) -> Self {
         ProviderActor {
             gate,
             readiness: Readiness::default(),
@@ -238,7 +238,7 @@ impl Actor for ProviderActor {
 
 /// Asks for the actor's observable state.
 #[derive(Debug)]
-pub struct Observe;
+pub(crate) struct Observe;
 
 impl Message for Observe {
     type Result = ProviderSnapshot;
@@ -246,17 +246,17 @@ impl Message for Observe {
 
 /// What a provider actor shows to health checks and tests.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ProviderSnapshot {
-    pub tenant: String,
-    pub provider: String,
-    pub type_name: &'static str,
-    pub breaker: BreakerSnapshot,
-    pub in_flight: usize,
-    pub max_concurrency: usize,
+pub(crate) struct ProviderSnapshot {
+    pub(crate) tenant: String,
+    pub(crate) provider: String,
+    pub(crate) type_name: &'static str,
+    pub(crate) breaker: BreakerSnapshot,
+    pub(crate) in_flight: usize,
+    pub(crate) max_concurrency: usize,
     /// `None` until the first probe finished.
-    pub ready: Option<bool>,
-    pub problem: Option<String>,
-    pub version: Option<(String, VersionSource)>,
+    pub(crate) ready: Option<bool>,
+    pub(crate) problem: Option<String>,
+    pub(crate) version: Option<(String, VersionSource)>,
 }
 
 impl Handler<Observe> for ProviderActor {
@@ -281,7 +281,7 @@ impl Handler<Observe> for ProviderActor {
 /// Closes the permits and the implementation's pool and stops the actor (ordered
 /// shutdown): a caller that still holds the gate is refused `OVERLOADED`.
 #[derive(Debug)]
-pub struct Shutdown;
+pub(crate) struct Shutdown;
 
 impl Message for Shutdown {
     type Result = ();

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 /// Where provider answers come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// The bound providers.
     Live,
     /// The Projects' Context Test fixtures, matched by lookup value (`serve --fixtures`).
@@ -31,63 +31,61 @@ pub enum Mode {
 }
 
 /// Everything a turn needs to find, shared by every worker.
-pub struct Registry {
-    pub tenants: Vec<Arc<TenantRuntime>>,
-    pub digest_key: DigestKey,
+pub(crate) struct Registry {
+    pub(crate) tenants: Vec<Arc<TenantRuntime>>,
+    pub(crate) digest_key: DigestKey,
     /// Longest turn deadline.
-    pub max_turn: Duration,
-    pub max_body_bytes: usize,
-    pub mode: Mode,
+    pub(crate) max_turn: Duration,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) mode: Mode,
     /// Set when shutdown starts: new turns get `503 RUNTIME_UNAVAILABLE`.
-    pub shutting_down: AtomicBool,
+    pub(crate) shutting_down: AtomicBool,
     /// The trace writer's queue.
-    pub traces: TraceSender,
+    pub(crate) traces: TraceSender,
     /// Longest wait for room in the trace queue before a turn is refused with 503.
-    pub trace_wait: Duration,
-    /// The trace store, for searches and replays (read-only connections).
-    pub store_path: PathBuf,
+    pub(crate) trace_wait: Duration,
     /// Read-only connections to the trace store, checked out per trace request; bounded,
     /// so a burst of searches cannot open a connection each.
-    pub trace_readers: ReaderPool,
+    pub(crate) trace_readers: ReaderPool,
     /// Material kept behind handles, shared by every worker (`[handles]` in the config).
-    pub handles: Arc<crate::handles::HandleStore>,
+    pub(crate) handles: Arc<crate::handles::HandleStore>,
 }
 
-pub struct TenantRuntime {
-    pub id: String,
+pub(crate) struct TenantRuntime {
+    pub(crate) id: String,
     /// SHA-256 of the tenant's API key.
-    pub key_sha256: [u8; 32],
-    pub max_in_flight: usize,
+    pub(crate) key_sha256: [u8; 32],
+    pub(crate) max_in_flight: usize,
     /// Turns of this tenant in flight; bounded by `max_in_flight` (429 beyond).
-    pub in_flight: AtomicUsize,
-    pub projects: BTreeMap<String, Arc<ProjectRuntime>>,
+    pub(crate) in_flight: AtomicUsize,
+    pub(crate) projects: BTreeMap<String, Arc<ProjectRuntime>>,
 }
 
-pub struct ProjectRuntime {
-    pub project: Project,
+pub(crate) struct ProjectRuntime {
+    pub(crate) project: Project,
     /// The Build's JSON, recorded once in the trace store so replays run the same build.
-    pub build_json: String,
+    pub(crate) build_json: String,
     /// Whether this process has already handed the Build to the trace writer.
-    pub build_recorded: AtomicBool,
+    pub(crate) build_recorded: AtomicBool,
     /// `(revision, digest)` of the Deployment Binding (live mode).
-    pub binding: Option<(String, String)>,
+    pub(crate) binding: Option<(String, String)>,
     /// Bound providers by id.
-    pub providers: HashMap<String, ProviderHandle>,
+    pub(crate) providers: HashMap<String, ProviderHandle>,
 }
 
 #[derive(Clone)]
-pub struct ProviderHandle {
-    pub addr: Addr<ProviderActor>,
+pub(crate) struct ProviderHandle {
+    pub(crate) addr: Addr<ProviderActor>,
     /// Admission (permits, breaker) on the caller's thread.
-    pub gate: Arc<ProviderGate>,
-    pub type_name: &'static str,
+    pub(crate) gate: Arc<ProviderGate>,
+    pub(crate) type_name: &'static str,
     /// What traces keep of this provider's items, and for how long.
-    pub retention: Retention,
-    pub retention_ttl: Duration,
+    pub(crate) retention: Retention,
+    pub(crate) retention_ttl: Duration,
 }
 
 /// The running runtime: the registry and what must be stopped.
-pub struct Topology {
+pub(crate) struct Topology {
     registry: Arc<Registry>,
     providers: Vec<Addr<ProviderActor>>,
     arbiters: Vec<Arbiter>,
@@ -100,7 +98,7 @@ const PROVIDER_ARBITERS: usize = 2;
 
 impl Topology {
     /// Loads and starts everything. Must run inside an actix `System`.
-    pub async fn start(
+    pub(crate) async fn start(
         config: &ServerConfig,
         env: &EnvVars,
         mode: Mode,
@@ -208,7 +206,6 @@ impl Topology {
                 shutting_down: AtomicBool::new(false),
                 traces,
                 trace_wait: config.trace.backpressure_wait,
-                store_path,
                 handles: Arc::new(crate::handles::HandleStore::new(config.handles)),
             }),
             providers: started,
@@ -217,12 +214,12 @@ impl Topology {
         })
     }
 
-    pub fn registry(&self) -> Arc<Registry> {
+    pub(crate) fn registry(&self) -> Arc<Registry> {
         Arc::clone(&self.registry)
     }
 
     /// Snapshots of every provider actor, for `/readyz` and tests.
-    pub async fn observe(providers: &[Addr<ProviderActor>]) -> Vec<ProviderSnapshot> {
+    pub(crate) async fn observe(providers: &[Addr<ProviderActor>]) -> Vec<ProviderSnapshot> {
         let mut snapshots = Vec::with_capacity(providers.len());
         for addr in providers {
             if let Ok(snapshot) = addr.send(Observe).await {
@@ -232,14 +229,14 @@ impl Topology {
         snapshots
     }
 
-    pub fn provider_addrs(&self) -> Vec<Addr<ProviderActor>> {
+    pub(crate) fn provider_addrs(&self) -> Vec<Addr<ProviderActor>> {
         self.providers.clone()
     }
 
     /// Stops providers (closing their pools), then their arbiters, then flushes and stops
     /// the trace writer — last, so every answered turn's trace is committed. Call after
     /// the HTTP server has stopped, so no turn is still running.
-    pub async fn shutdown(self) -> anyhow::Result<()> {
+    pub(crate) async fn shutdown(self) -> anyhow::Result<()> {
         for addr in &self.providers {
             let _ = addr.send(Shutdown).await;
         }
@@ -333,7 +330,7 @@ impl Registry {
     /// The tenant whose API key hashes to `key_sha256`. Compares against every tenant in
     /// constant time per comparison, so timing reveals neither which tenant matched nor
     /// how much of a key did.
-    pub fn tenant_for_key(&self, key_sha256: &[u8; 32]) -> Option<Arc<TenantRuntime>> {
+    pub(crate) fn tenant_for_key(&self, key_sha256: &[u8; 32]) -> Option<Arc<TenantRuntime>> {
         let mut found = None;
         for tenant in &self.tenants {
             if constant_time_eq(&tenant.key_sha256, key_sha256) {
@@ -343,7 +340,7 @@ impl Registry {
         found
     }
 
-    pub fn is_shutting_down(&self) -> bool {
+    pub(crate) fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
     }
 }

@@ -8,7 +8,7 @@ use actix_web::{HttpResponse, ResponseError};
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// 401: no or unknown bearer key.
     Unauthorized,
     /// 400: the body is not valid JSON or a field is wrong.
@@ -38,7 +38,7 @@ pub enum ApiError {
 
 impl ApiError {
     /// 503 for every request that arrives once shutdown has started.
-    pub fn shutting_down() -> ApiError {
+    pub(crate) fn shutting_down() -> ApiError {
         ApiError::RuntimeUnavailable {
             message: "ctxd is shutting down".to_owned(),
         }
@@ -59,7 +59,7 @@ impl ApiError {
     }
 
     /// The `outcome` label of the turns counter for this error.
-    pub fn metric_outcome(&self) -> &'static str {
+    pub(crate) fn metric_outcome(&self) -> &'static str {
         match self {
             ApiError::Unauthorized => "unauthorized",
             ApiError::BadRequest { .. } => "bad_request",

@@ -23,11 +23,11 @@
 use super::routes::read_body;
 use super::{ApiError, ApiState, Tenant};
 use crate::actors::Registry;
+use crate::contract::HandleRef;
 use crate::handles::attempt::{self, DELETE, Finished, NotHeld, Prepared};
 use crate::handles::request;
 use crate::handles::{
-    HandleError, HandleOpRecord, HandleOperationFinished, HandleRef, OpOutput, SystemClock,
-    is_valid_id,
+    HandleError, HandleOpRecord, HandleOperationFinished, OpOutput, SystemClock, is_valid_id,
 };
 use crate::trace::query::{DEFAULT_HANDLE_OPERATIONS, MAX_HANDLE_OPERATIONS};
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -35,7 +35,7 @@ use serde::Serialize;
 use serde_json::json;
 use std::time::SystemTime;
 
-pub fn configure(config: &mut web::ServiceConfig) {
+pub(crate) fn configure(config: &mut web::ServiceConfig) {
     config
         .route("/v1/handles/capabilities", web::get().to(capabilities))
         .route("/v1/handles/{id}/ops", web::post().to(operate))

@@ -10,7 +10,7 @@ mod routes;
 mod tenant;
 mod traces;
 
-pub use errors::ApiError;
+pub(crate) use errors::ApiError;
 pub(crate) use tenant::Tenant;
 
 use crate::actors::{Coordinator, CoordinatorSnapshot, ProviderActor, Registry, coordinator};
@@ -21,20 +21,20 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Shared by every worker.
-pub struct ApiState {
-    pub registry: Arc<Registry>,
+pub(crate) struct ApiState {
+    pub(crate) registry: Arc<Registry>,
     /// Every provider actor, for `/readyz`.
-    pub providers: Vec<Addr<ProviderActor>>,
+    pub(crate) providers: Vec<Addr<ProviderActor>>,
     /// Renders `GET /metrics`; `None` when metrics are disabled.
-    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    pub(crate) metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// Every worker's coordinator, registered as its worker starts: `/readyz` and
     /// shutdown ask them which turns are still running.
-    pub coordinators: Coordinators,
+    pub(crate) coordinators: Coordinators,
 }
 
 /// The coordinators of the running workers.
 #[derive(Clone, Default)]
-pub struct Coordinators(Arc<Mutex<Vec<Addr<Coordinator>>>>);
+pub(crate) struct Coordinators(Arc<Mutex<Vec<Addr<Coordinator>>>>);
 
 impl Coordinators {
     fn register(&self, coordinator: Addr<Coordinator>) {
@@ -46,7 +46,7 @@ impl Coordinators {
 
     /// Every coordinator's turns, summed: in flight now, and finished. A coordinator
     /// whose worker has stopped counts nothing.
-    pub async fn turns(&self) -> CoordinatorSnapshot {
+    pub(crate) async fn turns(&self) -> CoordinatorSnapshot {
         let addrs = self
             .0
             .lock()
@@ -68,7 +68,7 @@ impl Coordinators {
 
 /// Builds the server on an already bound listener (tests bind `127.0.0.1:0`). Signals
 /// are not handled here: the caller owns shutdown and its order.
-pub fn server(
+pub(crate) fn server(
     listener: TcpListener,
     state: ApiState,
     workers: usize,

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 /// `RUNTIME_UNAVAILABLE`: the coordinator is not keeping up.
 const COORDINATOR_MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
 
-pub fn configure(config: &mut web::ServiceConfig) {
+pub(crate) fn configure(config: &mut web::ServiceConfig) {
     config
         .route("/v1/turns", web::post().to(turn))
         .route("/v1/turns", web::to(method_not_allowed))
@@ -25,7 +25,7 @@ pub fn configure(config: &mut web::ServiceConfig) {
         .route("/metrics", web::get().to(metrics));
 }
 
-pub async fn not_found() -> Result<HttpResponse, ApiError> {
+pub(crate) async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound {
         message: "no such route".to_owned(),
     })
@@ -233,7 +233,7 @@ pub(super) fn parse_body<T: serde::de::DeserializeOwned>(
 }
 
 /// Parses a turn request; an error names the field.
-pub fn parse_turn(body: &[u8]) -> Result<TurnRequest, ApiError> {
+pub(crate) fn parse_turn(body: &[u8]) -> Result<TurnRequest, ApiError> {
     parse_body(body, "turn request")
 }
 

@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 /// The authenticated tenant of a request to a serving ctxd. A route that must count a
 /// refusal itself (turns) takes `Result<Tenant, ApiError>`.
-pub struct Tenant(Arc<TenantRuntime>);
+pub(crate) struct Tenant(Arc<TenantRuntime>);
 
 impl Tenant {
-    pub fn runtime(&self) -> &Arc<TenantRuntime> {
+    pub(crate) fn runtime(&self) -> &Arc<TenantRuntime> {
         &self.0
     }
 }

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 /// Results per page when `limit` is absent, and the most a page may hold.
 use crate::trace::query::{DEFAULT_LIMIT, MAX_LIMIT};
 
-pub fn configure(config: &mut web::ServiceConfig) {
+pub(crate) fn configure(config: &mut web::ServiceConfig) {
     config
         .route("/v1/traces", web::get().to(search))
         .route("/v1/traces/{turn_id}", web::get().to(show))
@@ -35,7 +35,7 @@ fn bad(field: &str, message: impl Into<String>) -> ApiError {
 }
 
 /// Parses the search parameters; every problem names its parameter.
-pub fn parse_search(query: &str, tenant: &str) -> Result<SearchQuery, ApiError> {
+pub(crate) fn parse_search(query: &str, tenant: &str) -> Result<SearchQuery, ApiError> {
     let mut search = SearchQuery {
         tenant: Some(tenant.to_owned()),
         limit: DEFAULT_LIMIT,
@@ -92,7 +92,7 @@ fn parse_enum<T: for<'de> Deserialize<'de>>(field: &str, value: &str) -> Result<
 
 /// RFC 3339 (`2026-11-30T10:00:00Z`) or milliseconds since the Unix epoch, by the
 /// trace query layer's one rule.
-pub fn parse_time(field: &str, value: &str) -> Result<i64, ApiError> {
+pub(crate) fn parse_time(field: &str, value: &str) -> Result<i64, ApiError> {
     crate::trace::query::parse_time(value).map_err(|_| {
         bad(
             field,

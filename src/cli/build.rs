@@ -7,15 +7,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Args)]
-pub struct BuildArgs {
+pub(crate) struct BuildArgs {
     /// The Project (or an existing Build) to build
-    pub project: PathBuf,
+    pub(crate) project: PathBuf,
     /// Where to write the Build; standard output when absent
     #[arg(short, long)]
-    pub output: Option<PathBuf>,
+    pub(crate) output: Option<PathBuf>,
 }
 
-pub fn run(args: &BuildArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &BuildArgs) -> anyhow::Result<ExitCode> {
     let project = super::load_project(&args.project)?;
     let text = project.build().to_json_pretty();
     match &args.output {

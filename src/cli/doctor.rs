@@ -45,15 +45,15 @@ const SQLITE_CHECK_LIMIT: Duration = Duration::from_secs(15);
 const DEMO_API_KEY: &str = "ctxd-demo-key";
 
 #[derive(Debug, Clone, Args)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// The server config to check
     #[arg(long, default_value = "config/ctxd.toml")]
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
 }
 
 /// How one check ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Ok,
     /// Works, but not as a production deployment should (a generated digest key, the
     /// public demo API key, a binding entry no project uses).
@@ -64,14 +64,14 @@ pub enum Verdict {
 
 impl Verdict {
     /// A problem that stops `serve` or breaks turns fails; one that does neither warns.
-    pub fn of(severity: Severity) -> Verdict {
+    pub(crate) fn of(severity: Severity) -> Verdict {
         match severity {
             Severity::Fatal | Severity::Degraded => Verdict::Fail,
             Severity::Warning => Verdict::Warn,
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Verdict::Ok => "ok",
             Verdict::Warn => "warn",
@@ -82,12 +82,12 @@ impl Verdict {
 
 /// One line of the report: what was checked (`subject: message`) and the verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
-    pub verdict: Verdict,
+pub(crate) struct Check {
+    pub(crate) verdict: Verdict,
     /// `config`, `digest key`, `trace store`, `tenant acme`,
     /// `tenant acme, provider crm (http)`.
-    pub subject: String,
-    pub message: String,
+    pub(crate) subject: String,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for Check {
@@ -104,8 +104,8 @@ impl fmt::Display for Check {
 
 /// Every check, in the order of the config.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Report {
-    pub checks: Vec<Check>,
+pub(crate) struct Report {
+    pub(crate) checks: Vec<Check>,
 }
 
 impl Report {
@@ -139,17 +139,17 @@ impl Report {
         self.push(Verdict::of(problem.severity()), subject, message);
     }
 
-    pub fn count(&self, verdict: Verdict) -> usize {
+    pub(crate) fn count(&self, verdict: Verdict) -> usize {
         self.checks.iter().filter(|c| c.verdict == verdict).count()
     }
 
     /// No `FAIL`: warnings do not fail the doctor.
-    pub fn is_ok(&self) -> bool {
+    pub(crate) fn is_ok(&self) -> bool {
         self.count(Verdict::Fail) == 0
     }
 
     /// `doctor: 9 ok, 1 warn, 0 FAIL`.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         format!(
             "doctor: {} ok, {} warn, {} FAIL",
             self.count(Verdict::Ok),
@@ -159,7 +159,7 @@ impl Report {
     }
 }
 
-pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     let env = EnvVars::from_process();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -179,7 +179,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
 
 /// Runs every check of a server config. Reads the files, probes the bound providers and
 /// the trace store's folder; takes the environment as a map. Needs a tokio runtime.
-pub async fn diagnose(config: &Path, env: &EnvVars) -> Report {
+pub(crate) async fn diagnose(config: &Path, env: &EnvVars) -> Report {
     let mut report = Report::default();
     let file = config.display().to_string();
     let server = match ServerConfig::load(config) {

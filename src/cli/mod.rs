@@ -10,7 +10,7 @@ mod replay;
 mod serve;
 mod test;
 mod traces;
-pub mod validate;
+pub(crate) mod validate;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -23,11 +23,11 @@ use std::process::ExitCode;
 )]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Serve the multi-tenant turn API until SIGTERM or SIGINT
     Serve(serve::ServeArgs),
     /// Check the server config and every tenant's Project and Binding
@@ -53,7 +53,7 @@ pub enum Command {
 
 /// Output of commands that print either for people or as JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum HumanOrJson {
+pub(crate) enum HumanOrJson {
     Human,
     Json,
 }

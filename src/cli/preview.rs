@@ -8,29 +8,29 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Args)]
-pub struct PreviewArgs {
+pub(crate) struct PreviewArgs {
     /// The Project or Build to preview
-    pub project: PathBuf,
+    pub(crate) project: PathBuf,
     /// A turn input as KEY=VALUE; repeat for several
     #[arg(long = "input", value_name = "KEY=VALUE")]
-    pub inputs: Vec<String>,
+    pub(crate) inputs: Vec<String>,
     #[arg(long)]
-    pub objective: Option<String>,
+    pub(crate) objective: Option<String>,
     #[arg(long)]
-    pub consumer: Option<String>,
+    pub(crate) consumer: Option<String>,
     /// Profile id (`default` when absent)
     #[arg(long)]
-    pub profile: Option<String>,
+    pub(crate) profile: Option<String>,
     /// Byte budget for the rendered text (the project's budget caps it)
     #[arg(long)]
-    pub max_bytes: Option<usize>,
+    pub(crate) max_bytes: Option<usize>,
     #[arg(long, value_enum, default_value_t = Format::Human)]
-    pub format: Format,
+    pub(crate) format: Format,
 }
 
-pub use super::HumanOrJson as Format;
+pub(crate) use super::HumanOrJson as Format;
 
-pub fn run(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
     let project = super::load_project(&args.project)?;
     let request = PreviewRequest {
         profile: args.profile.clone(),

@@ -36,39 +36,39 @@ use url::Url;
 const MAX_SHOWN_CHARS: usize = 64;
 
 #[derive(Debug, Clone, Args)]
-pub struct ProviderCheckArgs {
+pub(crate) struct ProviderCheckArgs {
     /// The provider endpoint: https://…, or http:// to a loopback host
-    pub url: String,
+    pub(crate) url: String,
     /// Environment variable holding the bearer secret to send; answers are then checked
     /// for reflecting it
     #[arg(long, value_name = "VAR")]
-    pub secret_env: Option<String>,
+    pub(crate) secret_env: Option<String>,
     /// A lookup value the provider holds a record for (base grammar
     /// `^[A-Za-z0-9][A-Za-z0-9._:@-]{0,255}$`)
     #[arg(long, default_value = "CUST-1042")]
-    pub value: String,
+    pub(crate) value: String,
     /// The lookup key name sent in the body
     #[arg(long, default_value = "customerId")]
-    pub key: String,
+    pub(crate) key: String,
     /// The provider id sent in the body
     #[arg(long, default_value = "customer-data")]
-    pub provider: String,
+    pub(crate) provider: String,
     /// The `limit` of the first lookup (1..=100)
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub limit: u32,
+    pub(crate) limit: u32,
     /// Deadline of each exchange, in milliseconds (50..=10000, as in bindings)
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(50..=10_000))]
-    pub timeout_ms: u64,
+    pub(crate) timeout_ms: u64,
     #[arg(long, value_enum, default_value_t = Format::Human)]
-    pub format: Format,
+    pub(crate) format: Format,
 }
 
-pub use super::HumanOrJson as Format;
+pub(crate) use super::HumanOrJson as Format;
 
 /// How a rule ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "UPPERCASE")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Pass,
     Fail,
     /// Could not be judged (no secret bound, nothing answered); does not fail the check.
@@ -76,7 +76,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Verdict::Pass => "PASS",
             Verdict::Fail => "FAIL",
@@ -87,18 +87,18 @@ impl Verdict {
 
 /// One rule's result: `PASS rule: detail`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RuleResult {
-    pub rule: &'static str,
-    pub verdict: Verdict,
-    pub detail: String,
+pub(crate) struct RuleResult {
+    pub(crate) rule: &'static str,
+    pub(crate) verdict: Verdict,
+    pub(crate) detail: String,
 }
 
 /// Every rule checked, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Conformance {
-    pub url: String,
-    pub contract: &'static str,
-    pub rules: Vec<RuleResult>,
+pub(crate) struct Conformance {
+    pub(crate) url: String,
+    pub(crate) contract: &'static str,
+    pub(crate) rules: Vec<RuleResult>,
 }
 
 impl Conformance {
@@ -117,16 +117,16 @@ impl Conformance {
         }
     }
 
-    pub fn count(&self, verdict: Verdict) -> usize {
+    pub(crate) fn count(&self, verdict: Verdict) -> usize {
         self.rules.iter().filter(|r| r.verdict == verdict).count()
     }
 
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         self.count(Verdict::Fail) == 0
     }
 
     /// `provider-check: 7 passed, 0 failed, 1 skipped`.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         format!(
             "provider-check: {} passed, {} failed, {} skipped",
             self.count(Verdict::Pass),
@@ -177,7 +177,7 @@ struct Target {
     timeout: Duration,
 }
 
-pub fn run(args: &ProviderCheckArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &ProviderCheckArgs) -> anyhow::Result<ExitCode> {
     let target = target(args, &EnvVars::from_process())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -20,29 +20,29 @@ const DEFAULT_CONFIG: &str = "config/ctxd.toml";
 const DEFAULT_DIGEST_KEY_ENV: &str = "CTXD_DIGEST_KEY";
 
 #[derive(Debug, Args)]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// The id of the turn to replay
-    pub turn: String,
+    pub(crate) turn: String,
     /// An input of the original turn as KEY=VALUE; give every input the turn had
     #[arg(long = "input", value_name = "KEY=VALUE")]
-    pub inputs: Vec<String>,
+    pub(crate) inputs: Vec<String>,
     /// Server config naming the trace store and the digest key [default: config/ctxd.toml]
     #[arg(long, conflicts_with = "store")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// The trace store (a SQLite file, `sqlite:` prefix optional); the digest key is then
     /// CTXD_DIGEST_KEY, or the generated key kept beside the store
     #[arg(long)]
-    pub store: Option<PathBuf>,
+    pub(crate) store: Option<PathBuf>,
     /// Replay only a turn of this tenant
     #[arg(long)]
-    pub tenant: Option<String>,
+    pub(crate) tenant: Option<String>,
     #[arg(long, value_enum, default_value_t = Format::Human)]
-    pub format: Format,
+    pub(crate) format: Format,
 }
 
-pub use super::HumanOrJson as Format;
+pub(crate) use super::HumanOrJson as Format;
 
-pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     let inputs = super::parse_inputs(&args.inputs)?;
     let env = EnvVars::from_process();
     let (store, key) = locate(args, &env)?;

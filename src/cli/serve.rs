@@ -17,22 +17,22 @@ use std::sync::atomic::Ordering;
 const METRICS_UPKEEP: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[arg(long, default_value = "config/ctxd.toml")]
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
     /// Listen address; overrides `[server] listen` (use 127.0.0.1:0 for any free port)
     #[arg(long)]
-    pub listen: Option<SocketAddr>,
+    pub(crate) listen: Option<SocketAddr>,
     /// Answer turns from the Projects' Context Test fixtures instead of the bound
     /// providers (source TEST_FIXTURE), for offline development
     #[arg(long)]
-    pub fixtures: bool,
+    pub(crate) fixtures: bool,
     /// HTTP worker threads (default: one per CPU)
     #[arg(long)]
-    pub workers: Option<usize>,
+    pub(crate) workers: Option<usize>,
 }
 
-pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     crate::telemetry::init_logging();
     let env = EnvVars::from_process();
     let config = ServerConfig::load(&args.config).map_err(|e| anyhow!("{e}"))?;

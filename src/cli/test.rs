@@ -6,24 +6,24 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Args)]
-pub struct TestArgs {
+pub(crate) struct TestArgs {
     /// The Project or Build whose tests to run
-    pub project: PathBuf,
+    pub(crate) project: PathBuf,
     #[arg(long, value_enum, default_value_t = Format::Human)]
-    pub format: Format,
+    pub(crate) format: Format,
     /// Treat UNKNOWN tests (a provider without a fixture) as failures
     #[arg(long)]
-    pub strict: bool,
+    pub(crate) strict: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Human,
     Json,
     Junit,
 }
 
-pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
     let project = super::load_project(&args.project)?;
     let report = run_tests(&project);
     match args.format {

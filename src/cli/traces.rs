@@ -22,13 +22,13 @@ const DEFAULT_CONFIG: &str = "config/ctxd.toml";
 const LABEL_WIDTH: usize = 10;
 
 #[derive(Debug, Args)]
-pub struct TracesArgs {
+pub(crate) struct TracesArgs {
     #[command(subcommand)]
-    pub command: TracesCommand,
+    pub(crate) command: TracesCommand,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum TracesCommand {
+pub(crate) enum TracesCommand {
     /// Find turns by provider, provider status, layer, layer status and start time,
     /// newest first
     Search(SearchArgs),
@@ -38,77 +38,77 @@ pub enum TracesCommand {
 
 /// Where the trace store is.
 #[derive(Debug, Clone, Args)]
-pub struct StoreArgs {
+pub(crate) struct StoreArgs {
     /// Server config whose `[trace] store` names the store [default: config/ctxd.toml]
     #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// The trace store file (`sqlite:` prefix optional); overrides --config
     #[arg(long, value_name = "PATH")]
-    pub store: Option<PathBuf>,
+    pub(crate) store: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
-pub struct SearchArgs {
+pub(crate) struct SearchArgs {
     #[command(flatten)]
-    pub location: StoreArgs,
+    pub(crate) location: StoreArgs,
     /// Only this tenant's turns (default: every tenant)
     #[arg(long)]
-    pub tenant: Option<String>,
+    pub(crate) tenant: Option<String>,
     /// Turns that reached this provider
     #[arg(long)]
-    pub provider: Option<String>,
+    pub(crate) provider: Option<String>,
     /// Turns with a provider record of this status (with --provider: that provider's)
     #[arg(long, value_name = "STATUS", value_parser = parse_provider_status)]
-    pub provider_status: Option<ProviderStatus>,
+    pub(crate) provider_status: Option<ProviderStatus>,
     /// Turns with a decision for this layer
     #[arg(long)]
-    pub layer: Option<String>,
+    pub(crate) layer: Option<String>,
     /// Turns with a layer decision of this status (with --layer: that layer's)
     #[arg(long, value_name = "STATUS", value_parser = parse_layer_status)]
-    pub status: Option<LayerStatus>,
+    pub(crate) status: Option<LayerStatus>,
     /// Turns started at or after TIME (RFC 3339, e.g. 2026-11-30T10:00:00Z, or
     /// milliseconds since the epoch)
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
-    pub since: Option<i64>,
+    pub(crate) since: Option<i64>,
     /// Turns started before TIME (RFC 3339 or milliseconds since the epoch)
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
-    pub until: Option<i64>,
+    pub(crate) until: Option<i64>,
     /// Turns per page
     #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT as u16,
           value_parser = clap::value_parser!(u16).range(1..=MAX_LIMIT as i64))]
-    pub limit: u16,
+    pub(crate) limit: u16,
     /// The next page: the cursor printed after the previous one
     #[arg(long)]
-    pub cursor: Option<String>,
+    pub(crate) cursor: Option<String>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    pub(crate) format: Format,
 }
 
 #[derive(Debug, Args)]
-pub struct ShowArgs {
+pub(crate) struct ShowArgs {
     /// The turn id
-    pub turn: String,
+    pub(crate) turn: String,
     #[command(flatten)]
-    pub location: StoreArgs,
+    pub(crate) location: StoreArgs,
     /// Show the turn only if it belongs to this tenant
     #[arg(long)]
-    pub tenant: Option<String>,
+    pub(crate) tenant: Option<String>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    pub(crate) format: Format,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Table,
     Json,
 }
 
-pub fn run(args: &TracesArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &TracesArgs) -> anyhow::Result<ExitCode> {
     run_with(args, &mut std::io::stdout().lock())
 }
 
 /// Runs the subcommand, writing its output to `out`.
-pub fn run_with(args: &TracesArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+pub(crate) fn run_with(args: &TracesArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     match &args.command {
         TracesCommand::Search(search) => run_search(search, out),
         TracesCommand::Show(show) => run_show(show, out),

@@ -11,31 +11,31 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Debug, Clone, Args)]
-pub struct ValidateArgs {
+pub(crate) struct ValidateArgs {
     /// The server config to check
     #[arg(long, default_value = "config/ctxd.toml")]
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
 }
 
 /// What `validate` found: problems as `file: path: message` lines, and what it checked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Report {
-    pub problems: Vec<String>,
+pub(crate) struct Report {
+    pub(crate) problems: Vec<String>,
     /// One line per file or pairing checked, for the operator to see the coverage.
-    pub checked: Vec<String>,
-    pub tenants: usize,
-    pub projects: usize,
+    pub(crate) checked: Vec<String>,
+    pub(crate) tenants: usize,
+    pub(crate) projects: usize,
     /// Provider requirements of the checked projects.
-    pub providers: usize,
+    pub(crate) providers: usize,
 }
 
 impl Report {
-    pub fn is_ok(&self) -> bool {
+    pub(crate) fn is_ok(&self) -> bool {
         self.problems.is_empty()
     }
 
     /// `ok: 1 tenant, 1 project, 3 providers`, or `2 problems`.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         if self.is_ok() {
             format!(
                 "ok: {}, {}, {}",
@@ -65,7 +65,7 @@ fn count(n: usize, noun: &str) -> String {
     format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
-pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     let report = check(&args.config, &EnvVars::from_process());
     let mut out = std::io::stdout().lock();
     for line in &report.checked {
@@ -84,7 +84,7 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
 
 /// Checks a server config and everything it references. Reads the files; takes the
 /// environment as a map.
-pub fn check(config: &Path, env: &EnvVars) -> Report {
+pub(crate) fn check(config: &Path, env: &EnvVars) -> Report {
     let mut report = Report::default();
     let config_file = config.display().to_string();
     let server = match ServerConfig::load(config) {

@@ -60,30 +60,30 @@ const SECRET_HINT: &str =
 #[derive(Debug, Clone, PartialEq)]
 pub struct Binding {
     /// The operator's name for this version of the binding, e.g. `2026-11-30.1`.
-    pub revision: String,
+    pub(crate) revision: String,
     /// `sha256:<hex>` over the canonical JSON of the revision and every provider's merged
     /// settings (env var names, never values; database paths as written).
-    pub digest: String,
+    pub(crate) digest: String,
     pub providers: BTreeMap<String, ProviderBinding>,
 }
 
 /// How one provider id is served, with every default applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderBinding {
-    pub id: String,
+    pub(crate) id: String,
     pub kind: ProviderKind,
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Most lookups in flight at once against this provider.
-    pub max_concurrency: usize,
+    pub(crate) max_concurrency: usize,
     pub pool: PoolSettings,
-    pub circuit: CircuitSettings,
-    pub cache: CacheSettings,
-    pub retention: Retention,
+    pub(crate) circuit: CircuitSettings,
+    pub(crate) cache: CacheSettings,
+    pub(crate) retention: Retention,
     /// How long traces keep what `retention` says to keep.
-    pub retention_ttl: Duration,
+    pub(crate) retention_ttl: Duration,
     /// The version reported for this provider's data when the implementation has no
     /// version of its own (source `binding`); required for sqlite.
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
 }
 
 /// The implementation behind a provider id.
@@ -106,7 +106,7 @@ pub enum ProviderKind {
 
 impl ProviderKind {
     /// The `type` as written in a binding.
-    pub fn type_name(&self) -> &'static str {
+    pub(crate) fn type_name(&self) -> &'static str {
         match self {
             ProviderKind::Http { .. } => "http",
             ProviderKind::Sqlite { .. } => "sqlite",
@@ -114,7 +114,7 @@ impl ProviderKind {
     }
 
     /// The env var holding this provider's secret, if any.
-    pub fn secret_env(&self) -> Option<&str> {
+    pub(crate) fn secret_env(&self) -> Option<&str> {
         match self {
             ProviderKind::Http { secret_env, .. } => secret_env.as_deref(),
             ProviderKind::Sqlite { .. } => None,
@@ -126,9 +126,9 @@ impl ProviderKind {
 /// `max_size` to SQLite connection pools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolSettings {
-    pub max_idle_per_host: usize,
-    pub idle_timeout: Duration,
-    pub max_size: usize,
+    pub(crate) max_idle_per_host: usize,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) max_size: usize,
 }
 
 impl Default for PoolSettings {
@@ -147,13 +147,13 @@ impl Default for PoolSettings {
 /// `half_open_probes` calls through; `half_open_max` bounds the half-open phase.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CircuitSettings {
-    pub failure_rate: f64,
-    pub min_calls: u32,
-    pub window: u32,
-    pub consecutive_failures: u32,
-    pub open: Duration,
-    pub half_open_probes: u32,
-    pub half_open_max: Duration,
+    pub(crate) failure_rate: f64,
+    pub(crate) min_calls: u32,
+    pub(crate) window: u32,
+    pub(crate) consecutive_failures: u32,
+    pub(crate) open: Duration,
+    pub(crate) half_open_probes: u32,
+    pub(crate) half_open_max: Duration,
 }
 
 impl Default for CircuitSettings {
@@ -173,7 +173,7 @@ impl Default for CircuitSettings {
 /// Response cache; `ttl: None` means no caching (the default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CacheSettings {
-    pub ttl: Option<Duration>,
+    pub(crate) ttl: Option<Duration>,
 }
 
 /// What traces keep of a provider's items.
@@ -189,7 +189,7 @@ pub enum Retention {
 }
 
 impl Retention {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Retention::None => "none",
             Retention::Digest => "digest",
@@ -210,7 +210,8 @@ impl Retention {
 impl Binding {
     /// Parses and validates binding text; relative database paths resolve against
     /// `base_dir` (made absolute from the current directory if it is relative).
-    pub fn parse(text: &str, base_dir: &Path) -> Result<Binding, ConfigErrors> {
+    #[cfg(test)]
+    pub(crate) fn parse(text: &str, base_dir: &Path) -> Result<Binding, ConfigErrors> {
         parse_named(text, base_dir, "<binding>")
     }
 
@@ -221,7 +222,7 @@ impl Binding {
     }
 
     /// Every env var name the binding references, with the provider id, in id order.
-    pub fn secret_envs(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub(crate) fn secret_envs(&self) -> impl Iterator<Item = (&str, &str)> {
         self.providers
             .values()
             .filter_map(|p| p.kind.secret_env().map(|name| (p.id.as_str(), name)))

@@ -9,24 +9,24 @@ use std::fmt;
 /// Values may be secrets: `Debug` lists only the names, and nothing in `config` ever puts
 /// a value into an error message or a digest.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct EnvVars(HashMap<String, String>);
+pub(crate) struct EnvVars(HashMap<String, String>);
 
 impl EnvVars {
     /// Every variable of the current process whose name and value are valid UTF-8; a
     /// variable that is not is treated as unset.
-    pub fn from_process() -> EnvVars {
+    pub(crate) fn from_process() -> EnvVars {
         std::env::vars_os()
             .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
             .collect()
     }
 
     /// The value of `name`, if set (possibly empty).
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.0.get(name).map(String::as_str)
     }
 
     /// Whether `name` is set to a non-empty value: an empty secret is as good as none.
-    pub fn is_set(&self, name: &str) -> bool {
+    pub(crate) fn is_set(&self, name: &str) -> bool {
         self.get(name).is_some_and(|value| !value.is_empty())
     }
 }

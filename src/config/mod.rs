@@ -23,12 +23,11 @@ pub use binding::{
     Binding, CacheSettings, CircuitSettings, DEFAULT_RETENTION_TTL, DEFAULT_TIMEOUT_MS,
     PoolSettings, ProviderBinding, ProviderKind, Retention,
 };
-pub use env::EnvVars;
-pub use server::{
-    ApiKey, EnvironmentNeed, EnvironmentProblem, Limits, MetricsSettings, ProjectRef, ServerConfig,
-    ServerSettings, TenantConfig, TraceSettings, TraceStore,
+pub(crate) use env::EnvVars;
+pub(crate) use server::{
+    ApiKey, EnvironmentNeed, MetricsSettings, ServerConfig, TenantConfig, TraceSettings, TraceStore,
 };
-pub use trace_store::DigestKeySource;
+pub(crate) use trace_store::DigestKeySource;
 
 use crate::providers::secrets;
 use crate::validation::{Problem, Problems};
@@ -70,14 +69,14 @@ const SECRET_KEY_NAMES: &[&str] = &[
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigErrors {
     /// The file as given (or `<binding>` / `<config>` when parsed from text).
-    pub file: String,
+    pub(crate) file: String,
     /// Each at a dotted TOML path (`providers.orders.timeout_ms`,
     /// `tenants[0].api_key_sha256`); empty for a problem with the whole file.
-    pub errors: Vec<Problem>,
+    pub(crate) errors: Vec<Problem>,
 }
 
 impl ConfigErrors {
-    pub fn new(file: impl Into<String>, errors: Vec<Problem>) -> ConfigErrors {
+    pub(crate) fn new(file: impl Into<String>, errors: Vec<Problem>) -> ConfigErrors {
         ConfigErrors {
             file: file.into(),
             errors,
@@ -85,7 +84,7 @@ impl ConfigErrors {
     }
 
     /// Each problem as `file: path: message`.
-    pub fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         self.errors
             .iter()
             .map(|error| format!("{}: {error}", self.file))
@@ -93,7 +92,8 @@ impl ConfigErrors {
     }
 
     /// Whether any problem is at `path` exactly.
-    pub fn has_path(&self, path: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn has_path(&self, path: &str) -> bool {
         self.errors.iter().any(|e| e.path == path)
     }
 }

@@ -41,83 +41,83 @@ const SECRET_HINT: &str = "put the key in an environment variable and reference 
 
 /// A validated server config. Relative paths are joined to the config file's folder.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ServerConfig {
+pub(crate) struct ServerConfig {
     /// The file as given (`<config>` when parsed from text), for messages.
-    pub file: String,
+    pub(crate) file: String,
     /// The folder of the config file, against which relative paths were resolved.
-    pub base_dir: PathBuf,
-    pub server: ServerSettings,
-    pub trace: TraceSettings,
-    pub metrics: MetricsSettings,
-    pub limits: Limits,
+    pub(crate) base_dir: PathBuf,
+    pub(crate) server: ServerSettings,
+    pub(crate) trace: TraceSettings,
+    pub(crate) metrics: MetricsSettings,
+    pub(crate) limits: Limits,
     /// `[handles]`: the handle store's TTL, byte cap and operation limits.
-    pub handles: HandleSettings,
-    pub tenants: Vec<TenantConfig>,
+    pub(crate) handles: HandleSettings,
+    pub(crate) tenants: Vec<TenantConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerSettings {
+pub(crate) struct ServerSettings {
     /// `ctxd serve --listen` overrides it.
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// Largest request body accepted, in bytes.
-    pub max_body_bytes: usize,
+    pub(crate) max_body_bytes: usize,
     /// How long shutdown waits for in-flight turns and the trace flush.
-    pub shutdown_grace: Duration,
+    pub(crate) shutdown_grace: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceSettings {
-    pub store: TraceStore,
+pub(crate) struct TraceSettings {
+    pub(crate) store: TraceStore,
     /// Name of the env var holding the HMAC key for keyed digests and locators.
-    pub digest_key_env: String,
+    pub(crate) digest_key_env: String,
     /// When the env var is unset, `serve` generates a key kept beside the trace store
     /// instead of refusing to start.
-    pub generate_digest_key: bool,
+    pub(crate) generate_digest_key: bool,
     /// Turns the trace writer's queue holds; beyond it turns wait (backpressure).
-    pub queue_capacity: usize,
+    pub(crate) queue_capacity: usize,
     /// A batch commits at this many turns, or after `batch_delay`, whichever first.
-    pub batch_size: usize,
+    pub(crate) batch_size: usize,
     /// Longest a trace waits in a batch: what a crash can lose at most.
-    pub batch_delay: Duration,
+    pub(crate) batch_delay: Duration,
     /// How long a turn waits for room in a full queue before `503`.
-    pub backpressure_wait: Duration,
+    pub(crate) backpressure_wait: Duration,
 }
 
 /// Where traces are written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum TraceStore {
+pub(crate) enum TraceStore {
     /// A SQLite file (WAL), resolved against the config file's folder.
     Sqlite(PathBuf),
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct MetricsSettings {
-    pub enabled: bool,
+pub(crate) struct MetricsSettings {
+    pub(crate) enabled: bool,
     /// Whether metrics carry a `tenant` label (one series per tenant: off by default).
-    pub tenant_label: bool,
+    pub(crate) tenant_label: bool,
     /// Histogram bucket bounds for durations, in milliseconds, strictly increasing.
-    pub duration_buckets_ms: Vec<f64>,
+    pub(crate) duration_buckets_ms: Vec<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// The longest deadline a turn may have, whatever it asks for.
-    pub max_turn: Duration,
+    pub(crate) max_turn: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TenantConfig {
-    pub id: String,
-    pub api_key: ApiKey,
+pub(crate) struct TenantConfig {
+    pub(crate) id: String,
+    pub(crate) api_key: ApiKey,
     /// Most turns of this tenant in flight at once.
-    pub max_in_flight: usize,
-    pub projects: Vec<ProjectRef>,
+    pub(crate) max_in_flight: usize,
+    pub(crate) projects: Vec<ProjectRef>,
 }
 
 /// How a tenant's API key is known: by its SHA-256, or by the env var holding it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ApiKey {
+pub(crate) enum ApiKey {
     Sha256([u8; 32]),
     Env(String),
 }
@@ -125,7 +125,7 @@ pub enum ApiKey {
 impl ApiKey {
     /// The key's SHA-256, reading the env var for an `Env` key; `None` when it is unset
     /// or empty.
-    pub fn sha256(&self, env: &EnvVars) -> Option<[u8; 32]> {
+    pub(crate) fn sha256(&self, env: &EnvVars) -> Option<[u8; 32]> {
         match self {
             ApiKey::Sha256(hash) => Some(*hash),
             ApiKey::Env(name) => env
@@ -138,15 +138,15 @@ impl ApiKey {
 
 /// Something the environment lacks for the server config.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnvironmentProblem {
-    pub need: EnvironmentNeed,
+pub(crate) struct EnvironmentProblem {
+    pub(crate) need: EnvironmentNeed,
     /// Where the config references it, and what is wrong.
-    pub problem: Problem,
+    pub(crate) problem: Problem,
 }
 
 /// What an [`EnvironmentProblem`] is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EnvironmentNeed {
+pub(crate) enum EnvironmentNeed {
     /// The API key of the tenant at this index in `tenants`.
     ApiKey { tenant: usize },
     /// The digest key.
@@ -155,30 +155,31 @@ pub enum EnvironmentNeed {
 
 /// One project a tenant serves, and the binding that serves its providers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProjectRef {
+pub(crate) struct ProjectRef {
     /// A Project or a Build (JSON).
-    pub path: PathBuf,
-    pub binding: PathBuf,
+    pub(crate) path: PathBuf,
+    pub(crate) binding: PathBuf,
 }
 
 impl ServerConfig {
     /// Reads and checks a config file. Only pure checks: the environment is checked by
     /// [`ServerConfig::environment_problems`], so `ctxd validate` can report both and
     /// tests can load a config whatever the process environment holds.
-    pub fn load(path: &Path) -> Result<ServerConfig, ConfigErrors> {
+    pub(crate) fn load(path: &Path) -> Result<ServerConfig, ConfigErrors> {
         let (text, base_dir, file) = super::read_config_file(path)?;
         parse_named(&text, base_dir, &file)
     }
 
     /// Checks config text; relative paths are joined to `base_dir`.
-    pub fn parse(text: &str, base_dir: &Path) -> Result<ServerConfig, ConfigErrors> {
+    #[cfg(test)]
+    pub(crate) fn parse(text: &str, base_dir: &Path) -> Result<ServerConfig, ConfigErrors> {
         parse_named(text, base_dir, "<config>")
     }
 
     /// What the environment lacks for this config: tenant API keys by env reference set
     /// and non-empty, the digest key set unless a generated key is allowed, and no API
     /// key shared by two tenants once env keys are known. Values are never shown.
-    pub fn environment_problems(&self, env: &EnvVars) -> Vec<EnvironmentProblem> {
+    pub(crate) fn environment_problems(&self, env: &EnvVars) -> Vec<EnvironmentProblem> {
         let mut found = Vec::new();
         for (i, tenant) in self.tenants.iter().enumerate() {
             if let ApiKey::Env(name) = &tenant.api_key {
@@ -242,7 +243,8 @@ impl ServerConfig {
     }
 
     /// The tenant with this id.
-    pub fn tenant(&self, id: &str) -> Option<&TenantConfig> {
+    #[cfg(test)]
+    pub(crate) fn tenant(&self, id: &str) -> Option<&TenantConfig> {
         self.tenants.iter().find(|t| t.id == id)
     }
 }

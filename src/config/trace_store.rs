@@ -9,19 +9,19 @@ use std::path::{Path, PathBuf};
 
 impl TraceSettings {
     /// The trace store's file.
-    pub fn store_path(&self) -> &Path {
+    pub(crate) fn store_path(&self) -> &Path {
         match &self.store {
             TraceStore::Sqlite(path) => path,
         }
     }
 
     /// The trace store's folder (the store, its WAL and journal, a generated key).
-    pub fn store_folder(&self) -> PathBuf {
+    pub(crate) fn store_folder(&self) -> PathBuf {
         folder_of(self.store_path())
     }
 
     /// Where the digest key comes from under these settings.
-    pub fn digest_key_source(&self) -> DigestKeySource {
+    pub(crate) fn digest_key_source(&self) -> DigestKeySource {
         DigestKeySource::beside(
             self.store_path(),
             &self.digest_key_env,
@@ -33,17 +33,17 @@ impl TraceSettings {
 /// Where the digest key comes from: the env var `env_name`, else — when `generate`
 /// allows it — the key file kept in the trace store's folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DigestKeySource {
-    pub env_name: String,
-    pub generate: bool,
+pub(crate) struct DigestKeySource {
+    pub(crate) env_name: String,
+    pub(crate) generate: bool,
     /// The trace store's folder, where a generated key is kept.
-    pub folder: PathBuf,
+    pub(crate) folder: PathBuf,
 }
 
 impl DigestKeySource {
     /// The key of the store at `store`: from `env_name`, or (when `generate`) kept
     /// beside the store.
-    pub fn beside(store: &Path, env_name: &str, generate: bool) -> DigestKeySource {
+    pub(crate) fn beside(store: &Path, env_name: &str, generate: bool) -> DigestKeySource {
         DigestKeySource {
             env_name: env_name.to_owned(),
             generate,
@@ -52,13 +52,13 @@ impl DigestKeySource {
     }
 
     /// The generated key's file.
-    pub fn key_file(&self) -> PathBuf {
+    pub(crate) fn key_file(&self) -> PathBuf {
         self.folder.join(GENERATED_KEY_FILE)
     }
 
     /// The key as `serve` resolves it: the env var's value, else the kept key file,
     /// created when it is allowed and missing.
-    pub fn resolve(&self, env: &EnvVars) -> Result<DigestKey, DigestKeyError> {
+    pub(crate) fn resolve(&self, env: &EnvVars) -> Result<DigestKey, DigestKeyError> {
         DigestKey::resolve(
             env.get(&self.env_name),
             &self.env_name,

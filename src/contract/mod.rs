@@ -10,8 +10,9 @@ mod wire;
 pub use item::{Currentness, Item};
 pub use status::{LayerReason, LayerStatus, ProviderStatus, Source};
 pub use turn::{
-    BudgetReport, CutAction, CutReport, ErrorBody, ErrorDetail, LayerReport, ProviderReport,
-    SelectionReport, TurnBudget, TurnRequest, TurnResponse, TurnResult, VersionSource,
+    BudgetReport, CutAction, CutReport, ErrorBody, ErrorDetail, HandleRef, LayerReport,
+    ProviderReport, SelectionReport, TurnBudget, TurnRequest, TurnResponse, TurnResult,
+    VersionSource,
 };
 pub use wire::{
     CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse, WireItem,

@@ -149,7 +149,14 @@ pub struct SelectionReport {
     pub truncated: bool,
     /// `{id, version}` when the item is kept behind a handle instead of rendered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handle: Option<crate::handles::HandleRef>,
+    pub handle: Option<HandleRef>,
+}
+
+/// The opaque reference to material kept behind a handle: `{"id": "h_…", "version": 1}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct HandleRef {
+    pub id: String,
+    pub version: u64,
 }
 
 /// One budget cut.

@@ -23,24 +23,25 @@ use super::output::{Inspected, OpOutput};
 use super::record::RecordLimits;
 use super::request::{Limits, OpRequest, ParseFailure};
 use super::store::{Attempt, HandleStore};
-use super::{HandleError, HandleMaterial, HandleOpRecord, HandleRef};
+use super::{HandleError, HandleMaterial, HandleOpRecord};
+use crate::contract::HandleRef;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// The operation name of a delete, in its record and the operations metric.
-pub const DELETE: &str = "delete";
+pub(crate) const DELETE: &str = "delete";
 
 /// The id resolves to nothing of the tenant's: never sequenced or traced.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotHeld {
+pub(crate) struct NotHeld {
     /// The operation the request named (`unknown` when it did not say), or `delete`.
-    pub op: &'static str,
-    pub id: String,
+    pub(crate) op: &'static str,
+    pub(crate) id: String,
 }
 
 impl NotHeld {
     /// `unknown_handle`, the answer for it.
-    pub fn into_error(self) -> HandleError {
+    pub(crate) fn into_error(self) -> HandleError {
         HandleError::UnknownHandle { id: self.id }
     }
 }
@@ -49,32 +50,32 @@ impl NotHeld {
 /// its result. `T` is what a success carries: an [`Answer`] for an operation, `()` for
 /// a delete.
 #[derive(Debug)]
-pub struct Finished<T> {
+pub(crate) struct Finished<T> {
     /// An operation name from `request::OPERATIONS`, `unknown` (a request that did not
     /// name one) or `delete`.
-    pub op: &'static str,
+    pub(crate) op: &'static str,
     /// The handle and its version (for a stale handle: its current or deleted version).
-    pub handle: HandleRef,
+    pub(crate) handle: HandleRef,
     /// The handle's sequence number given to this attempt.
-    pub sequence: u64,
+    pub(crate) sequence: u64,
     /// The record to queue before answering.
-    pub record: HandleOpRecord,
-    pub result: Result<T, HandleError>,
+    pub(crate) record: HandleOpRecord,
+    pub(crate) result: Result<T, HandleError>,
 }
 
 /// A successful operation: its output, the limits it ran under, what it inspected and
 /// how long it took.
 #[derive(Debug)]
-pub struct Answer {
-    pub limits: Limits,
-    pub output: OpOutput,
-    pub inspected: Inspected,
-    pub elapsed: Duration,
+pub(crate) struct Answer {
+    pub(crate) limits: Limits,
+    pub(crate) output: OpOutput,
+    pub(crate) inspected: Inspected,
+    pub(crate) elapsed: Duration,
 }
 
 /// A sequenced operation, refused already or ready to run.
 #[derive(Debug)]
-pub enum Prepared {
+pub(crate) enum Prepared {
     /// The handle is stale or the request did not parse.
     Refused(Finished<Answer>),
     Ready(Ready),
@@ -83,7 +84,7 @@ pub enum Prepared {
 /// A sequenced operation with its material and request: [`Ready::run`] it where
 /// blocking is fine.
 #[derive(Debug)]
-pub struct Ready {
+pub(crate) struct Ready {
     sequenced: Sequenced,
     material: Arc<HandleMaterial>,
     request: OpRequest,
@@ -91,13 +92,13 @@ pub struct Ready {
 
 impl Ready {
     /// The operation's name, for counting a failure to run it at all.
-    pub fn op(&self) -> &'static str {
+    pub(crate) fn op(&self) -> &'static str {
         self.sequenced.op
     }
 
     /// Runs the operation within its limits; the record gets what it inspected,
     /// returned and cost.
-    pub fn run(self, clock: &dyn Clock) -> Finished<Answer> {
+    pub(crate) fn run(self, clock: &dyn Clock) -> Finished<Answer> {
         let Ready {
             sequenced,
             material,
@@ -122,7 +123,7 @@ impl Ready {
 
 /// Starts an operation on `tenant`'s handle `id` with the parsed `request`, started at
 /// `at` (the record's time).
-pub fn prepare(
+pub(crate) fn prepare(
     store: &HandleStore,
     tenant: &str,
     id: &str,
@@ -162,7 +163,7 @@ pub fn prepare(
 
 /// Deletes `tenant`'s handle `id`, leaving a tombstone; a tombstone answers
 /// `stale_handle`. Started at `at` (the record's time).
-pub fn delete(
+pub(crate) fn delete(
     store: &HandleStore,
     tenant: &str,
     id: &str,

@@ -10,13 +10,13 @@ use crate::contract::Item;
 use std::time::{Duration, Instant};
 
 /// Where an operation reads the time. Injected so tests control it.
-pub trait Clock: Send + Sync {
+pub(crate) trait Clock: Send + Sync {
     fn now(&self) -> Instant;
 }
 
 /// The real clock.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Instant {

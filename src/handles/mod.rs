@@ -30,36 +30,41 @@
 //! material that was replaced or removed fails structurally (`stale_handle`) instead of
 //! reading something else.
 
-pub mod attempt;
-pub mod bounds;
-pub mod ops;
+pub(crate) mod attempt;
+pub(crate) mod bounds;
+pub(crate) mod ops;
 #[cfg(test)]
 mod ops_tests;
-pub mod output;
-pub mod record;
-pub mod request;
-pub mod store;
+pub(crate) mod output;
+pub(crate) mod record;
+pub(crate) mod request;
+pub(crate) mod store;
 
-pub use bounds::{Clock, SystemClock};
-pub use output::{Execution, OpOutput};
-pub use record::{HANDLE_OPERATION_KIND, HandleOpRecord};
-pub use request::{Limits, OpRequest, Operation};
-pub use store::{Attempt, HandleStore, StaleReason};
+pub(crate) use bounds::SystemClock;
+pub(crate) use output::OpOutput;
+pub(crate) use record::HandleOpRecord;
+pub(crate) use store::{HandleStore, StaleReason};
 
 use crate::contract::Item;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 
 /// Length of every handle id: `h_` + 32 lowercase hex (128 random bits). The kernel
 /// sizes references with it.
-pub const HANDLE_ID_LEN: usize = 34;
+pub(crate) const HANDLE_ID_LEN: usize = 34;
 /// The prefix of every handle id.
-pub const HANDLE_ID_PREFIX: &str = "h_";
+pub(crate) const HANDLE_ID_PREFIX: &str = "h_";
 
 /// What ctxd itself registers; nothing else is accepted (no paths, URLs, callables…).
 #[derive(Debug, Clone, PartialEq)]
-pub enum HandleMaterial {
+pub(crate) enum HandleMaterial {
+    /// Seed 004's text source: the store and every operation take it (the capabilities
+    /// declare it), though turns register items only.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "turns register items; text is a declared source")
+    )]
     Text(String),
     Items(Vec<Item>),
 }
@@ -68,18 +73,10 @@ impl HandleMaterial {
     /// Text bytes, or the sum of the canonical JSON sizes of the items. This is what
     /// counts against `max_total_bytes` and what `metadata` and `reduce byte_count`
     /// report.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         match self {
             HandleMaterial::Text(text) => text.len(),
             HandleMaterial::Items(items) => items.iter().map(item_bytes).sum(),
-        }
-    }
-
-    /// `text` or `items`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            HandleMaterial::Text(_) => "text",
-            HandleMaterial::Items(_) => "items",
         }
     }
 }
@@ -89,16 +86,9 @@ pub(crate) fn item_bytes(item: &Item) -> usize {
     crate::digest::canonical_json_of(item).len()
 }
 
-/// The opaque reference a turn hands out: `{"id": "h_…", "version": 1}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HandleRef {
-    pub id: String,
-    pub version: u64,
-}
-
 /// Whether `id` has the shape of a handle id (`h_` + 32 lowercase hex). Anything else
 /// is `invalid_handle` before the store is consulted.
-pub fn is_valid_id(id: &str) -> bool {
+pub(crate) fn is_valid_id(id: &str) -> bool {
     id.len() == HANDLE_ID_LEN
         && id.starts_with(HANDLE_ID_PREFIX)
         && id[HANDLE_ID_PREFIX.len()..]
@@ -109,21 +99,21 @@ pub fn is_valid_id(id: &str) -> bool {
 /// What the store may reach besides its own memory: nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Capabilities {
-    pub filesystem: bool,
-    pub network: bool,
+pub(crate) struct Capabilities {
+    pub(crate) filesystem: bool,
+    pub(crate) network: bool,
     /// Where material lives.
-    pub backend: &'static str,
+    pub(crate) backend: &'static str,
     /// The material kinds accepted.
-    pub sources: &'static [&'static str],
-    pub operations: &'static [&'static str],
-    pub map_functions: &'static [&'static str],
-    pub reduce_functions: &'static [&'static str],
-    pub partitions: &'static [&'static str],
+    pub(crate) sources: &'static [&'static str],
+    pub(crate) operations: &'static [&'static str],
+    pub(crate) map_functions: &'static [&'static str],
+    pub(crate) reduce_functions: &'static [&'static str],
+    pub(crate) partitions: &'static [&'static str],
 }
 
 impl Capabilities {
-    pub const DECLARED: Capabilities = Capabilities {
+    pub(crate) const DECLARED: Capabilities = Capabilities {
         filesystem: false,
         network: false,
         backend: "memory",
@@ -138,13 +128,13 @@ impl Capabilities {
 /// Operation limits: what applies when a request names none, and the most a request
 /// may ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LimitSettings {
-    pub default_max_results: usize,
-    pub max_results_cap: usize,
-    pub default_max_bytes: usize,
-    pub max_bytes_cap: usize,
-    pub default_time_limit: Duration,
-    pub time_limit_cap: Duration,
+pub(crate) struct LimitSettings {
+    pub(crate) default_max_results: usize,
+    pub(crate) max_results_cap: usize,
+    pub(crate) default_max_bytes: usize,
+    pub(crate) max_bytes_cap: usize,
+    pub(crate) default_time_limit: Duration,
+    pub(crate) time_limit_cap: Duration,
 }
 
 impl Default for LimitSettings {
@@ -162,16 +152,16 @@ impl Default for LimitSettings {
 
 /// The `[handles]` section of the server config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HandleSettings {
+pub(crate) struct HandleSettings {
     /// How long a handle lives after registration (not extended by use).
-    pub ttl: Duration,
+    pub(crate) ttl: Duration,
     /// Bytes of material the store holds across all tenants; beyond it the least
     /// recently used handles are evicted.
-    pub max_total_bytes: usize,
+    pub(crate) max_total_bytes: usize,
     /// Tombstones kept; the oldest are forgotten beyond it (their ids become
     /// `unknown_handle`).
-    pub max_tombstones: usize,
-    pub limits: LimitSettings,
+    pub(crate) max_tombstones: usize,
+    pub(crate) limits: LimitSettings,
 }
 
 impl Default for HandleSettings {
@@ -189,7 +179,7 @@ impl Default for HandleSettings {
 /// of seed 004; [`HandleError::fields`] gives its structured fields. Messages never
 /// carry material.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum HandleError {
+pub(crate) enum HandleError {
     #[error("a handle id is \"h_\" followed by 32 lowercase hexadecimal digits")]
     InvalidHandle,
     #[error("no such handle")]
@@ -272,7 +262,7 @@ fn unsupported_partition_message(
 impl HandleError {
     /// The error `kind` (`stale_handle`, …): the API's error code and the trace's and
     /// metric's `result`.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             HandleError::InvalidHandle => "invalid_handle",
             HandleError::UnknownHandle { .. } => "unknown_handle",
@@ -289,7 +279,7 @@ impl HandleError {
     }
 
     /// The structured fields that go beside `code` and `message` in an error body.
-    pub fn fields(&self) -> Map<String, Value> {
+    pub(crate) fn fields(&self) -> Map<String, Value> {
         let value = match self {
             HandleError::InvalidHandle | HandleError::MaterialTooLarge { .. } => json!({}),
             HandleError::UnknownHandle { id } => json!({"handle": id}),
@@ -348,15 +338,15 @@ impl HandleError {
 
 /// One handle operation finished (or was refused): counts
 /// `ctxd_handle_operations_total{op, result}`. Both labels come from fixed sets.
-pub struct HandleOperationFinished {
+pub(crate) struct HandleOperationFinished {
     /// An operation name from [`request::OPERATIONS`], `delete`, or `unknown`.
-    pub op: &'static str,
+    pub(crate) op: &'static str,
     /// `ok` or an error kind.
-    pub result: &'static str,
+    pub(crate) result: &'static str,
 }
 
 impl HandleOperationFinished {
-    pub fn emit(&self) {
+    pub(crate) fn emit(&self) {
         metrics::counter!(
             crate::telemetry::metrics::HANDLE_OPERATIONS,
             "op" => self.op,

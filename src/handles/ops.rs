@@ -29,7 +29,7 @@ use crate::contract::Item;
 const BLOCK: usize = 64 * 1024;
 
 /// Runs one operation on `material` within `limits`.
-pub fn run(
+pub(crate) fn run(
     material: &HandleMaterial,
     op: &Operation,
     limits: &Limits,

@@ -10,60 +10,60 @@ use std::time::Duration;
 /// What an operation read of the material.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Inspected {
-    pub bytes: u64,
-    pub items: u64,
+pub(crate) struct Inspected {
+    pub(crate) bytes: u64,
+    pub(crate) items: u64,
 }
 
 /// An operation's result, what it inspected (also when it failed) and how long it took.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Execution {
-    pub result: Result<OpOutput, HandleError>,
-    pub inspected: Inspected,
-    pub elapsed: Duration,
+pub(crate) struct Execution {
+    pub(crate) result: Result<OpOutput, HandleError>,
+    pub(crate) inspected: Inspected,
+    pub(crate) elapsed: Duration,
 }
 
 /// A successful operation's result.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct OpOutput {
-    pub entries: Vec<Entry>,
+pub(crate) struct OpOutput {
+    pub(crate) entries: Vec<Entry>,
     /// `metadata` only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Metadata>,
+    pub(crate) metadata: Option<Metadata>,
     /// `reduce` only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub value: Option<u64>,
+    pub(crate) value: Option<u64>,
     /// Whether `maxResults` or `maxBytes` left something out.
-    pub truncated: bool,
+    pub(crate) truncated: bool,
     /// Payload bytes of `entries`: never more than `maxBytes`.
-    pub bytes_returned: usize,
+    pub(crate) bytes_returned: usize,
 }
 
 /// One entry of a result: where it comes from, and one payload.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Entry {
+pub(crate) struct Entry {
     /// Partition chunk index (0-based).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub chunk: Option<usize>,
+    pub(crate) chunk: Option<usize>,
     /// Item index (0-based): the item the entry is, or comes from, or a chunk's first.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub item: Option<usize>,
+    pub(crate) item: Option<usize>,
     /// Line number (1-based): the line, or a line chunk's first.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub line: Option<usize>,
+    pub(crate) line: Option<usize>,
     /// Lines in a line chunk.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub lines: Option<usize>,
+    pub(crate) lines: Option<usize>,
     /// Character offset (0-based) of the text.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub start: Option<usize>,
+    pub(crate) start: Option<usize>,
     #[serde(flatten)]
-    pub payload: Payload,
+    pub(crate) payload: Payload,
     /// Whether this entry's payload was cut to stay within `maxBytes`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub truncated: bool,
+    pub(crate) truncated: bool,
 }
 
 impl Entry {
@@ -100,7 +100,7 @@ impl Entry {
     }
 
     /// The bytes this entry counts against `maxBytes`.
-    pub fn payload_bytes(&self) -> usize {
+    pub(crate) fn payload_bytes(&self) -> usize {
         self.payload.bytes()
     }
 }
@@ -108,7 +108,7 @@ impl Entry {
 /// Exactly one payload per entry, serialized as its key (`"text": …`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub enum Payload {
+pub(crate) enum Payload {
     Text(String),
     /// A `map` output: a string, or a number for `length`.
     Value(MapValue),
@@ -119,7 +119,7 @@ pub enum Payload {
 }
 
 impl Payload {
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         match self {
             Payload::Text(text) => text.len(),
             Payload::Value(MapValue::Text(text)) => text.len(),
@@ -132,7 +132,7 @@ impl Payload {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
-pub enum MapValue {
+pub(crate) enum MapValue {
     Text(String),
     Number(u64),
 }
@@ -140,20 +140,20 @@ pub enum MapValue {
 /// `metadata`: kind, sizes and counts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Metadata {
+pub(crate) struct Metadata {
     /// `text` or `items`.
-    pub kind: &'static str,
+    pub(crate) kind: &'static str,
     /// As [`HandleMaterial::bytes`].
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub chars: Option<u64>,
+    pub(crate) chars: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub lines: Option<u64>,
+    pub(crate) lines: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub items: Option<u64>,
+    pub(crate) items: Option<u64>,
     /// Sum of the items' `content` bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub content_bytes: Option<u64>,
+    pub(crate) content_bytes: Option<u64>,
 }
 
 /// The scalar part of a result.

@@ -10,44 +10,44 @@ use serde::{Deserialize, Serialize};
 use std::time::SystemTime;
 
 /// `kind` of every handle operation record.
-pub const HANDLE_OPERATION_KIND: &str = "ctxd.handle.operation.v1";
+pub(crate) const HANDLE_OPERATION_KIND: &str = "ctxd.handle.operation.v1";
 
 /// One operation on one handle, successful or refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct HandleOpRecord {
-    pub kind: String,
-    pub tenant: String,
+pub(crate) struct HandleOpRecord {
+    pub(crate) kind: String,
+    pub(crate) tenant: String,
     /// The handle id.
-    pub handle: String,
+    pub(crate) handle: String,
     /// The handle's version (for a stale handle: its current or deleted version).
-    pub version: u64,
+    pub(crate) version: u64,
     /// Per-handle, monotonic from 1; shared by operations and the delete.
-    pub sequence: u64,
+    pub(crate) sequence: u64,
     /// `metadata` … `reduce`, `delete`, or `unknown` for a request that did not parse.
-    pub operation: String,
+    pub(crate) operation: String,
     /// `ok` or the error kind.
-    pub result: String,
-    pub bytes_inspected: u64,
-    pub items_inspected: u64,
-    pub bytes_returned: u64,
-    pub entries: u64,
-    pub truncated: bool,
-    pub elapsed_ms: u64,
+    pub(crate) result: String,
+    pub(crate) bytes_inspected: u64,
+    pub(crate) items_inspected: u64,
+    pub(crate) bytes_returned: u64,
+    pub(crate) entries: u64,
+    pub(crate) truncated: bool,
+    pub(crate) elapsed_ms: u64,
     /// When the operation started (RFC 3339, UTC, milliseconds).
-    pub at: String,
-    pub at_ms: i64,
+    pub(crate) at: String,
+    pub(crate) at_ms: i64,
     /// The limits it ran under (absent when the request did not parse).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limits: Option<RecordLimits>,
+    pub(crate) limits: Option<RecordLimits>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RecordLimits {
-    pub max_results: u64,
-    pub max_bytes: u64,
-    pub time_limit_ms: u64,
+pub(crate) struct RecordLimits {
+    pub(crate) max_results: u64,
+    pub(crate) max_bytes: u64,
+    pub(crate) time_limit_ms: u64,
 }
 
 impl From<&Limits> for RecordLimits {
@@ -62,7 +62,7 @@ impl From<&Limits> for RecordLimits {
 
 impl HandleOpRecord {
     /// A record with no counts yet, started at `at`.
-    pub fn new(
+    pub(crate) fn new(
         tenant: &str,
         handle: &str,
         version: u64,

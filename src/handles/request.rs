@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use std::time::Duration;
 
 /// Every operation, in the order the docs list them.
-pub const OPERATIONS: &[&str] = &[
+pub(crate) const OPERATIONS: &[&str] = &[
     "metadata",
     "peek",
     "slice",
@@ -27,35 +27,35 @@ pub const OPERATIONS: &[&str] = &[
     "reduce",
 ];
 /// The allow-listed map functions.
-pub const MAP_FUNCTIONS: &[&str] = &["identity", "lowercase", "uppercase", "length"];
+pub(crate) const MAP_FUNCTIONS: &[&str] = &["identity", "lowercase", "uppercase", "length"];
 /// The allow-listed reduce functions.
-pub const REDUCE_FUNCTIONS: &[&str] = &["count", "byte_count"];
+pub(crate) const REDUCE_FUNCTIONS: &[&str] = &["count", "byte_count"];
 /// The partition kinds.
-pub const PARTITIONS: &[&str] = &["size", "lines"];
+pub(crate) const PARTITIONS: &[&str] = &["size", "lines"];
 /// Longest search pattern, in bytes.
-pub const MAX_PATTERN_BYTES: usize = 1024;
+pub(crate) const MAX_PATTERN_BYTES: usize = 1024;
 /// Longest caller-supplied name echoed back in an error.
 const ECHO_CHARS: usize = 64;
 
 /// A parsed, validated operation request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpRequest {
-    pub version: u64,
-    pub op: Operation,
-    pub limits: Limits,
+pub(crate) struct OpRequest {
+    pub(crate) version: u64,
+    pub(crate) op: Operation,
+    pub(crate) limits: Limits,
 }
 
 /// The limits an operation runs under, defaults applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Most entries in the result.
-    pub max_results: usize,
+    pub(crate) max_results: usize,
     /// Most payload bytes across the whole result.
-    pub max_bytes: usize,
+    pub(crate) max_bytes: usize,
     /// Wall time, checked inside every loop.
     #[serde(rename = "timeLimitMs", serialize_with = "millis")]
-    pub time_limit: Duration,
+    pub(crate) time_limit: Duration,
 }
 
 fn millis<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
@@ -64,7 +64,8 @@ fn millis<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S:
 
 impl Limits {
     /// The defaults of `settings`.
-    pub fn defaults(settings: &LimitSettings) -> Limits {
+    #[cfg(test)]
+    pub(crate) fn defaults(settings: &LimitSettings) -> Limits {
         Limits {
             max_results: settings.default_max_results,
             max_bytes: settings.default_max_bytes,
@@ -74,7 +75,7 @@ impl Limits {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Operation {
+pub(crate) enum Operation {
     /// Kind, sizes and counts; never material.
     Metadata,
     Peek(Peek),
@@ -97,7 +98,7 @@ pub enum Operation {
 }
 
 impl Operation {
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Operation::Metadata => "metadata",
             Operation::Peek(_) => "peek",
@@ -111,7 +112,7 @@ impl Operation {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Peek {
+pub(crate) enum Peek {
     /// The first N characters (text) or items.
     Head(u64),
     /// The last N characters (text) or items.
@@ -121,7 +122,7 @@ pub enum Peek {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PartitionBy {
+pub(crate) enum PartitionBy {
     /// `size` characters (text) or items (item list) per chunk.
     Size,
     /// `size` lines per chunk (text only).
@@ -129,7 +130,7 @@ pub enum PartitionBy {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MapFunction {
+pub(crate) enum MapFunction {
     Identity,
     Lowercase,
     Uppercase,
@@ -137,7 +138,7 @@ pub enum MapFunction {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReduceFunction {
+pub(crate) enum ReduceFunction {
     Count,
     ByteCount,
 }
@@ -145,17 +146,17 @@ pub enum ReduceFunction {
 /// A request that could not be parsed, with what is known of it for the trace and the
 /// metric.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParseFailure {
+pub(crate) struct ParseFailure {
     /// The operation name when `op.kind` named one, else `unknown`.
-    pub op: &'static str,
+    pub(crate) op: &'static str,
     /// The version, when it parsed: the handle is then still checked (and the failure
     /// traced under it).
-    pub version: Option<u64>,
-    pub error: HandleError,
+    pub(crate) version: Option<u64>,
+    pub(crate) error: HandleError,
 }
 
 /// Parses and validates a request body against the configured limits.
-pub fn parse(body: &[u8], settings: &LimitSettings) -> Result<OpRequest, ParseFailure> {
+pub(crate) fn parse(body: &[u8], settings: &LimitSettings) -> Result<OpRequest, ParseFailure> {
     let value: Value = serde_json::from_slice(body).map_err(|e| ParseFailure {
         op: "unknown",
         version: None,

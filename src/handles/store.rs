@@ -18,19 +18,18 @@
 //! - **Tenants.** A handle or tombstone of another tenant is `unknown_handle`.
 //! - The clock is injected (`now: Instant` on every call), so TTL tests need no sleeping.
 
-use super::{
-    Capabilities, HANDLE_ID_PREFIX, HandleError, HandleMaterial, HandleRef, HandleSettings,
-};
+use super::{Capabilities, HANDLE_ID_PREFIX, HandleError, HandleMaterial, HandleSettings};
+use crate::contract::HandleRef;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 /// Every handle's version: material never changes (see the module docs of `handles`).
-pub const VERSION: u64 = 1;
+pub(crate) const VERSION: u64 = 1;
 
 /// Why a handle is stale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StaleReason {
+pub(crate) enum StaleReason {
     /// The handle is live but the request named another version.
     WrongVersion,
     Deleted,
@@ -40,7 +39,7 @@ pub enum StaleReason {
 }
 
 impl StaleReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             StaleReason::WrongVersion => "wrong_version",
             StaleReason::Deleted => "deleted",
@@ -54,7 +53,7 @@ impl StaleReason {
 /// attempt gets when the handle is live and current (the material to operate on, or
 /// `()` for a deletion that happened).
 #[derive(Debug)]
-pub enum Attempt<T> {
+pub(crate) enum Attempt<T> {
     /// Nothing of the caller's tenant: an id never registered, another tenant's handle
     /// or tombstone, or a tombstone already forgotten. Not sequenced, so not traced;
     /// answered `unknown_handle`.
@@ -107,7 +106,7 @@ struct Inner {
 }
 
 /// The store. `Send + Sync`; shared by every worker through the `Registry`.
-pub struct HandleStore {
+pub(crate) struct HandleStore {
     settings: HandleSettings,
     /// All state: held only for map updates, never while an operation runs.
     inner: Mutex<Inner>,
@@ -126,25 +125,26 @@ impl std::fmt::Debug for HandleStore {
 
 /// Counts, for tests and health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct StoreSnapshot {
-    pub live: usize,
-    pub total_bytes: usize,
-    pub tombstones: usize,
+#[cfg(test)]
+pub(crate) struct StoreSnapshot {
+    pub(crate) live: usize,
+    pub(crate) total_bytes: usize,
+    pub(crate) tombstones: usize,
 }
 
 impl HandleStore {
-    pub fn new(settings: HandleSettings) -> HandleStore {
+    pub(crate) fn new(settings: HandleSettings) -> HandleStore {
         HandleStore {
             settings,
             inner: Mutex::new(Inner::default()),
         }
     }
 
-    pub fn settings(&self) -> &HandleSettings {
+    pub(crate) fn settings(&self) -> &HandleSettings {
         &self.settings
     }
 
-    pub fn capabilities(&self) -> Capabilities {
+    pub(crate) fn capabilities(&self) -> Capabilities {
         Capabilities::DECLARED
     }
 
@@ -157,7 +157,7 @@ impl HandleStore {
     /// Registers material for a tenant, returning its handle (version 1). Evicts
     /// least-recently-used handles (tenant-agnostic LRU over the total-bytes cap),
     /// leaving tombstones. Err if the material alone exceeds the cap.
-    pub fn register(
+    pub(crate) fn register(
         &self,
         tenant: &str,
         material: HandleMaterial,
@@ -212,7 +212,7 @@ impl HandleStore {
     /// sequence number the operation is traced under. A use for the LRU. `version: None`
     /// (a request whose version did not parse) skips the version check: the attempt is
     /// only sequenced and traced, its request error answered.
-    pub fn begin(
+    pub(crate) fn begin(
         &self,
         tenant: &str,
         id: &str,
@@ -250,7 +250,7 @@ impl HandleStore {
 
     /// Deletes a handle, leaving a tombstone. Deleting a tombstone is `stale_handle`
     /// (with the deleted version).
-    pub fn delete(&self, tenant: &str, id: &str, now: Instant) -> Attempt<()> {
+    pub(crate) fn delete(&self, tenant: &str, id: &str, now: Instant) -> Attempt<()> {
         let mut inner = self.lock();
         self.sweep_locked(&mut inner, now);
         if inner.live.get(id).is_some_and(|e| e.tenant == tenant) {
@@ -272,19 +272,21 @@ impl HandleStore {
 
     /// Whether the tenant holds this id, live or as a tombstone (trace listings answer
     /// `unknown_handle` for anything else).
-    pub fn is_known(&self, tenant: &str, id: &str) -> bool {
+    pub(crate) fn is_known(&self, tenant: &str, id: &str) -> bool {
         let inner = self.lock();
         inner.live.get(id).is_some_and(|e| e.tenant == tenant)
             || inner.tombstones.get(id).is_some_and(|t| t.tenant == tenant)
     }
 
     /// Buries whatever has expired by `now`; returns how many handles.
-    pub fn sweep(&self, now: Instant) -> usize {
+    #[cfg(test)]
+    pub(crate) fn sweep(&self, now: Instant) -> usize {
         let mut inner = self.lock();
         self.sweep_locked(&mut inner, now)
     }
 
-    pub fn snapshot(&self) -> StoreSnapshot {
+    #[cfg(test)]
+    pub(crate) fn snapshot(&self) -> StoreSnapshot {
         let inner = self.lock();
         StoreSnapshot {
             live: inner.live.len(),

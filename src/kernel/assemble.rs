@@ -3,13 +3,13 @@
 //! dropped first, every cut recorded, every rendered material recorded as a selection.
 
 use super::render;
+use crate::contract::HandleRef;
 use crate::contract::{
     BudgetReport, Currentness, CutAction, CutReport, Item, LayerReason, LayerReport, LayerStatus,
     ProviderReport, ProviderStatus, SelectionReport, TurnResult,
 };
 use crate::digest::sha256_tagged;
 use crate::gate::{Decisions, LayerDecision, ProviderDecision};
-use crate::handles::HandleRef;
 use crate::outcome::{Call, Outcome};
 use crate::project::{CurrentnessRule, LayerKind, Project};
 use crate::trace::DigestKey;

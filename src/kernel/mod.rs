@@ -6,7 +6,7 @@ mod assemble;
 mod render;
 
 pub use assemble::{HandleSink, NoHandles, Rendering, assemble, assemble_with};
-pub use render::{DATA_NOTICE_TITLE, UNKNOWN_FACTS, fence_nonce_from_seed, random_nonce};
+pub(crate) use render::{fence_nonce_from_seed, random_nonce};
 
 #[cfg(test)]
 mod tests;

@@ -2,16 +2,16 @@
 //! carry the turn's nonce, and the statements for layers without material. Provider
 //! content is quoted verbatim inside fences and never interpreted.
 
+use crate::contract::HandleRef;
 use crate::contract::{Currentness, Item};
 use crate::digest::sha256_hex;
-use crate::handles::HandleRef;
 use regex::Regex;
 use std::fmt::Write;
 use std::sync::LazyLock;
 
-pub const DATA_NOTICE_TITLE: &str = "DATA NOTICE";
+pub(crate) const DATA_NOTICE_TITLE: &str = "DATA NOTICE";
 /// Every statement for a layer without facts starts with this.
-pub const UNKNOWN_FACTS: &str = "Current facts are unknown";
+pub(crate) const UNKNOWN_FACTS: &str = "Current facts are unknown";
 
 const FENCE_OPEN: &str = "<<<ctxd-data";
 const FENCE_CLOSE: &str = "<<<end ctxd-data";
@@ -21,14 +21,14 @@ static SAFE_TIMESTAMP: LazyLock<Regex> =
     LazyLock::new(|| Regex::new("^[0-9][0-9A-Za-z:.+-]{0,39}$").unwrap());
 
 /// A fresh 128-bit nonce for a live turn.
-pub fn random_nonce() -> String {
+pub(crate) fn random_nonce() -> String {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("the operating system provides randomness");
     hex::encode(bytes)
 }
 
 /// A reproducible nonce derived from a seed (fixture mode: build digest and test id).
-pub fn fence_nonce_from_seed(seed: &str) -> String {
+pub(crate) fn fence_nonce_from_seed(seed: &str) -> String {
     sha256_hex(format!("ctxd-fence-nonce\n{seed}").as_bytes())[..32].to_owned()
 }
 
@@ -53,10 +53,10 @@ pub(super) fn layer_heading(name: &str, id: &str) -> String {
 /// Where an item sits, as its fence labels say.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ItemLabel<'a> {
-    pub layer: &'a str,
-    pub provider: &'a str,
-    pub position: (usize, usize),
-    pub currentness: Currentness,
+    pub(crate) layer: &'a str,
+    pub(crate) provider: &'a str,
+    pub(crate) position: (usize, usize),
+    pub(crate) currentness: Currentness,
 }
 
 /// The opening fence line with the item's labels, and its title line.

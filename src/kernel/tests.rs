@@ -670,7 +670,7 @@ mod budget {
 
 mod handles {
     use super::*;
-    use crate::handles::HandleRef;
+    use crate::contract::HandleRef;
     use crate::kernel::HandleSink;
 
     /// Keeps every offered item, numbering handles; remembers what it was given.

@@ -9,21 +9,21 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The `format` marker that tells a Build from a Project.
-pub const BUILD_FORMAT: &str = "ctxd.build.v1";
+pub(crate) const BUILD_FORMAT: &str = "ctxd.build.v1";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Build {
-    pub format: String,
+pub(crate) struct Build {
+    pub(crate) format: String,
     /// `sha256:<hex>` over the canonical JSON of `project`.
-    pub digest: String,
-    pub project: ProjectDoc,
-    pub entries: Vec<BuildEntry>,
+    pub(crate) digest: String,
+    pub(crate) project: ProjectDoc,
+    pub(crate) entries: Vec<BuildEntry>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum BuildEntry {
+pub(crate) enum BuildEntry {
     /// Static text, fixed by the Build.
     #[serde(rename_all = "camelCase")]
     StaticLayer {
@@ -44,7 +44,7 @@ pub enum BuildEntry {
 }
 
 impl Build {
-    pub fn of(project: &Project) -> Build {
+    pub(crate) fn of(project: &Project) -> Build {
         let mut entries = Vec::new();
         for layer in &project.layers {
             if let LayerKind::Static { content, digest } = &layer.kind {
@@ -80,7 +80,7 @@ impl Build {
     }
 
     /// Pretty JSON with a trailing newline, as `ctxd build` writes it.
-    pub fn to_json_pretty(&self) -> String {
+    pub(crate) fn to_json_pretty(&self) -> String {
         let mut text = serde_json::to_string_pretty(self).expect("a Build always serializes");
         text.push('\n');
         text

@@ -6,17 +6,15 @@
 
 mod build;
 mod model;
-pub mod refusal;
+pub(crate) mod refusal;
 mod validate;
 
-pub use build::{BUILD_FORMAT, Build, BuildEntry};
-pub use model::{
-    Budget, ContextTest, CurrentnessRule, Expectations, Fixture, Layer, LayerBinding, Lookup,
-    Profile, ProjectDoc, ProviderRequirement, Scope, TestRequest,
-};
-pub use validate::{
-    BASE_VALUE_GRAMMAR, DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, DEFAULT_PROFILE, MAX_BUDGET_BYTES,
-    MIN_BUDGET_BYTES,
+pub(crate) use build::Build;
+pub(crate) use model::{Budget, ContextTest, CurrentnessRule, Expectations, Fixture, ProjectDoc};
+#[cfg(test)]
+pub(crate) use validate::DEFAULT_MAX_ITEMS;
+pub(crate) use validate::{
+    BASE_VALUE_GRAMMAR, DEFAULT_MAX_BYTES, MAX_BUDGET_BYTES, MIN_BUDGET_BYTES,
 };
 
 use crate::validation::Problem;
@@ -57,58 +55,49 @@ pub enum LoadError {
     Invalid { path: String, errors: ProjectErrors },
 }
 
-impl LoadError {
-    /// The individual problems, for reporting each on its own line.
-    pub fn problems(&self) -> Vec<String> {
-        match self {
-            LoadError::Read { .. } => vec![self.to_string()],
-            LoadError::Invalid { errors, .. } => errors.0.iter().map(|e| e.to_string()).collect(),
-        }
-    }
-}
+impl LoadError {}
 
 /// A validated, normalized Project ready for gating and rendering.
 #[derive(Debug, Clone)]
 pub struct Project {
     /// The normalized document (defaults filled in); the Build digest is over this.
-    pub doc: ProjectDoc,
+    pub(crate) doc: ProjectDoc,
     /// `sha256:<hex>` over the canonical JSON of `doc`.
-    pub digest: String,
-    pub providers: Vec<ProviderSpec>,
-    pub layers: Vec<LayerSpec>,
-    pub profiles: Vec<ProfileSpec>,
+    pub(crate) digest: String,
+    pub(crate) providers: Vec<ProviderSpec>,
+    pub(crate) layers: Vec<LayerSpec>,
+    pub(crate) profiles: Vec<ProfileSpec>,
 }
 
 /// A provider requirement with its pattern compiled.
 #[derive(Debug, Clone)]
-pub struct ProviderSpec {
-    pub id: String,
-    pub name: String,
+pub(crate) struct ProviderSpec {
+    pub(crate) id: String,
     /// Name of the turn input that carries the lookup value.
-    pub input: String,
+    pub(crate) input: String,
     /// The declared pattern, applied in addition to the base grammar.
-    pub pattern: Option<Regex>,
-    pub max_items: u32,
+    pub(crate) pattern: Option<Regex>,
+    pub(crate) max_items: u32,
 }
 
 #[derive(Debug, Clone)]
-pub struct LayerSpec {
-    pub id: String,
-    pub name: String,
-    pub kind: LayerKind,
-    pub required: bool,
-    pub requires_input: Vec<String>,
+pub(crate) struct LayerSpec {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) kind: LayerKind,
+    pub(crate) required: bool,
+    pub(crate) requires_input: Vec<String>,
     /// `None`: any objective. `Some(list)`: only those.
-    pub objectives: Option<Vec<String>>,
+    pub(crate) objectives: Option<Vec<String>>,
     /// `None`: any consumer. `Some(list)`: only those.
-    pub consumers: Option<Vec<String>>,
-    pub currentness: CurrentnessRule,
+    pub(crate) consumers: Option<Vec<String>>,
+    pub(crate) currentness: CurrentnessRule,
     /// Items that do not fit are kept behind handles (bound layers only).
-    pub handles: bool,
+    pub(crate) handles: bool,
 }
 
 #[derive(Debug, Clone)]
-pub enum LayerKind {
+pub(crate) enum LayerKind {
     /// Authored text, pinned in the Build by its digest.
     Static { content: String, digest: String },
     /// Indexes into `Project::providers`, in binding order.
@@ -117,19 +106,20 @@ pub enum LayerKind {
 
 #[derive(Debug, Clone)]
 pub struct ProfileSpec {
-    pub id: String,
+    pub(crate) id: String,
     /// Per layer index: whether the profile includes it.
-    pub includes: Vec<bool>,
+    pub(crate) includes: Vec<bool>,
 }
 
 impl Project {
     /// Validates an authored document (already parsed) into a Project.
-    pub fn from_doc(doc: ProjectDoc) -> Result<Project, ProjectErrors> {
+    #[cfg(test)]
+    pub(crate) fn from_doc(doc: ProjectDoc) -> Result<Project, ProjectErrors> {
         validate::validate(doc, "$")
     }
 
     /// Parses and validates a Project or a Build from JSON text.
-    pub fn from_json(text: &str) -> Result<Project, ProjectErrors> {
+    pub(crate) fn from_json(text: &str) -> Result<Project, ProjectErrors> {
         let value: Value = serde_json::from_str(text).map_err(|e| {
             ProjectErrors(vec![Problem::new(
                 "$",
@@ -159,20 +149,16 @@ impl Project {
         })
     }
 
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.doc.id
     }
 
-    pub fn tests(&self) -> &[ContextTest] {
+    pub(crate) fn tests(&self) -> &[ContextTest] {
         &self.doc.tests
     }
 
-    pub fn provider_index(&self, id: &str) -> Option<usize> {
+    pub(crate) fn provider_index(&self, id: &str) -> Option<usize> {
         self.providers.iter().position(|p| p.id == id)
-    }
-
-    pub fn layer_index(&self, id: &str) -> Option<usize> {
-        self.layers.iter().position(|l| l.id == id)
     }
 
     pub fn profile(&self, id: &str) -> Option<&ProfileSpec> {
@@ -180,7 +166,7 @@ impl Project {
     }
 
     /// The project's byte budget for rendered context.
-    pub fn max_bytes(&self) -> usize {
+    pub(crate) fn max_bytes(&self) -> usize {
         self.doc
             .budget
             .map(|b| b.max_bytes)
@@ -188,7 +174,7 @@ impl Project {
     }
 
     /// The Build of this Project.
-    pub fn build(&self) -> Build {
+    pub(crate) fn build(&self) -> Build {
         Build::of(self)
     }
 }

@@ -7,89 +7,89 @@ use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ProjectDoc {
-    pub id: String,
-    pub version: String,
+pub(crate) struct ProjectDoc {
+    pub(crate) id: String,
+    pub(crate) version: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
+    pub(crate) description: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget: Option<Budget>,
+    pub(crate) budget: Option<Budget>,
     #[serde(default)]
-    pub providers: Vec<ProviderRequirement>,
-    pub layers: Vec<Layer>,
+    pub(crate) providers: Vec<ProviderRequirement>,
+    pub(crate) layers: Vec<Layer>,
     #[serde(default)]
-    pub profiles: Vec<Profile>,
+    pub(crate) profiles: Vec<Profile>,
     #[serde(default)]
-    pub tests: Vec<ContextTest>,
+    pub(crate) tests: Vec<ContextTest>,
 }
 
 /// `{"maxBytes": N}`: the same shape in a Project, a Context Test and a turn request.
-pub use crate::contract::TurnBudget as Budget;
+pub(crate) use crate::contract::TurnBudget as Budget;
 
 /// What a layer needs from the outside world; never how to reach it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ProviderRequirement {
-    pub id: String,
-    pub name: String,
-    pub lookup: Lookup,
+pub(crate) struct ProviderRequirement {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) lookup: Lookup,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_items: Option<u32>,
+    pub(crate) max_items: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Lookup {
+pub(crate) struct Lookup {
     /// The turn input whose value is the lookup value.
-    pub input: String,
+    pub(crate) input: String,
     /// Applies in addition to the base grammar.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pattern: Option<String>,
+    pub(crate) pattern: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Layer {
-    pub id: String,
-    pub name: String,
+pub(crate) struct Layer {
+    pub(crate) id: String,
+    pub(crate) name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<String>,
+    pub(crate) content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bindings: Option<Vec<LayerBinding>>,
+    pub(crate) bindings: Option<Vec<LayerBinding>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub required: Option<bool>,
+    pub(crate) required: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub requires_input: Option<Vec<String>>,
+    pub(crate) requires_input: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scope: Option<Scope>,
+    pub(crate) scope: Option<Scope>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub currentness: Option<CurrentnessRule>,
+    pub(crate) currentness: Option<CurrentnessRule>,
     /// Items that do not fit the budget are kept behind handles and referenced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handles: Option<bool>,
+    pub(crate) handles: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct LayerBinding {
-    pub provider: String,
+pub(crate) struct LayerBinding {
+    pub(crate) provider: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Scope {
+pub(crate) struct Scope {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub objectives: Option<Vec<String>>,
+    pub(crate) objectives: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub consumers: Option<Vec<String>>,
+    pub(crate) consumers: Option<Vec<String>>,
 }
 
 /// How strictly a layer needs current data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum CurrentnessRule {
+pub(crate) enum CurrentnessRule {
     /// Anything but `CURRENT` makes the layer `UNKNOWN` (`NOT_CURRENT`).
     Required,
     /// Rendered either way; non-current data is labelled.
@@ -97,85 +97,76 @@ pub enum CurrentnessRule {
     Preferred,
 }
 
-impl CurrentnessRule {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CurrentnessRule::Required => "required",
-            CurrentnessRule::Preferred => "preferred",
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Profile {
-    pub id: String,
+pub(crate) struct Profile {
+    pub(crate) id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub include: Option<Vec<String>>,
+    pub(crate) include: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exclude: Option<Vec<String>>,
+    pub(crate) exclude: Option<Vec<String>>,
 }
 
 /// A Context Test: a turn request, per-provider fixtures and expectations.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ContextTest {
-    pub id: String,
+pub(crate) struct ContextTest {
+    pub(crate) id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    pub request: TestRequest,
+    pub(crate) description: Option<String>,
+    pub(crate) request: TestRequest,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub providers: BTreeMap<String, Fixture>,
+    pub(crate) providers: BTreeMap<String, Fixture>,
     #[serde(default)]
-    pub expect: Expectations,
+    pub(crate) expect: Expectations,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TestRequest {
+pub(crate) struct TestRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub profile: Option<String>,
+    pub(crate) profile: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub objective: Option<String>,
+    pub(crate) objective: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub consumer: Option<String>,
+    pub(crate) consumer: Option<String>,
     #[serde(default)]
-    pub inputs: BTreeMap<String, String>,
+    pub(crate) inputs: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget: Option<Budget>,
+    pub(crate) budget: Option<Budget>,
 }
 
 /// Synthetic provider answer for a test: items, or a failure status.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Fixture {
+pub(crate) struct Fixture {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub items: Option<Vec<Item>>,
+    pub(crate) items: Option<Vec<Item>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<ProviderStatus>,
+    pub(crate) status: Option<ProviderStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
+    pub(crate) detail: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub currentness: Option<Currentness>,
+    pub(crate) currentness: Option<Currentness>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revision: Option<String>,
+    pub(crate) revision: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Expectations {
+pub(crate) struct Expectations {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub blocked: Option<bool>,
+    pub(crate) blocked: Option<bool>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub layers: BTreeMap<String, LayerStatus>,
+    pub(crate) layers: BTreeMap<String, LayerStatus>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub providers: BTreeMap<String, ProviderStatus>,
+    pub(crate) providers: BTreeMap<String, ProviderStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub contains: Vec<String>,
+    pub(crate) contains: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub not_contains: Vec<String>,
+    pub(crate) not_contains: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub equals: Option<String>,
+    pub(crate) equals: Option<String>,
 }

@@ -7,7 +7,7 @@ use crate::validation::Problem;
 use serde_json::Value;
 
 /// The phrase every refusal carries; tooling and tests look for it.
-pub const BELONGS_IN_BINDING: &str = "belongs in a Deployment Binding";
+pub(crate) const BELONGS_IN_BINDING: &str = "belongs in a Deployment Binding";
 
 /// Key names (split into lowercase words) that name a deployment detail.
 const REFUSED_KEY_WORDS: &[&str] = &[
@@ -36,7 +36,7 @@ const REFUSED_KEY_COMPOUNDS: &[&str] = &[
 ];
 
 /// Scans a raw Project document and returns every refusal with its JSON path.
-pub fn scan(document: &Value, root: &str) -> Vec<Problem> {
+pub(crate) fn scan(document: &Value, root: &str) -> Vec<Problem> {
     let mut found = Vec::new();
     walk(document, root, Position::Other, &mut found);
     found

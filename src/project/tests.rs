@@ -1,6 +1,8 @@
 //! Project loading tests: every error names its JSON path; refusals; normalization;
 //! the Build's digest and its verification.
 
+use super::build::{BUILD_FORMAT, BuildEntry};
+use super::validate::DEFAULT_MAX_ITEMS;
 use super::*;
 use serde_json::{Value, json};
 

@@ -12,17 +12,17 @@ use std::collections::HashSet;
 use std::sync::LazyLock;
 
 /// Every lookup value must match this before any declared pattern is tried.
-pub const BASE_VALUE_GRAMMAR: &str = "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,255}$";
+pub(crate) const BASE_VALUE_GRAMMAR: &str = "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,255}$";
 /// `maxItems` when a provider requirement does not set it.
-pub const DEFAULT_MAX_ITEMS: u32 = 10;
+pub(crate) const DEFAULT_MAX_ITEMS: u32 = 10;
 /// Budget when the Project sets none.
-pub const DEFAULT_MAX_BYTES: usize = 16 * 1024;
+pub(crate) const DEFAULT_MAX_BYTES: usize = 16 * 1024;
 /// Largest budget a Project or a turn may ask for.
-pub const MAX_BUDGET_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_BUDGET_BYTES: usize = 1024 * 1024;
 /// Smallest budget: room for the data notice and one fenced item header.
-pub const MIN_BUDGET_BYTES: usize = 256;
+pub(crate) const MIN_BUDGET_BYTES: usize = 256;
 /// Name of the profile used when a turn names none.
-pub const DEFAULT_PROFILE: &str = "default";
+pub(crate) const DEFAULT_PROFILE: &str = "default";
 
 static INPUT_KEY: LazyLock<Regex> =
     LazyLock::new(|| Regex::new("^[A-Za-z_][A-Za-z0-9_.-]{0,63}$").unwrap());
@@ -152,7 +152,6 @@ fn validate_providers(problems: &mut Problems, doc: &ProjectDoc) -> Vec<Provider
         }
         specs.push(ProviderSpec {
             id: provider.id.clone(),
-            name: provider.name.clone(),
             input: provider.lookup.input.clone(),
             pattern,
             max_items,

@@ -1,19 +1,19 @@
 //! The contract's hard limits on provider answers, shared by every provider type and by fixtures.
 
 use super::secrets;
-use crate::contract::{Item, ProviderStatus};
+use crate::contract::Item;
 use crate::outcome::Failure;
 
 /// Largest response body accepted from a provider, in bytes.
-pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 /// Most items one answer may carry, whatever limit was requested.
-pub const MAX_ITEMS: usize = 100;
+pub(crate) const MAX_ITEMS: usize = 100;
 /// Largest item, measured as the length of its canonical JSON (`serde_json::to_vec`).
-pub const MAX_ITEM_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_ITEM_BYTES: usize = 64 * 1024;
 /// Shortest provider timeout a configuration may set, in milliseconds.
-pub const MIN_TIMEOUT_MS: u64 = 50;
+pub(crate) const MIN_TIMEOUT_MS: u64 = 50;
 /// Longest provider timeout a configuration may set, in milliseconds.
-pub const MAX_TIMEOUT_MS: u64 = 10_000;
+pub(crate) const MAX_TIMEOUT_MS: u64 = 10_000;
 
 /// Longest item id accepted, in bytes.
 const MAX_ID_BYTES: usize = 256;
@@ -45,7 +45,7 @@ pub enum BoundsViolation {
 impl BoundsViolation {
     /// The failure this violation gives the invocation: which limit, or the secret
     /// detector's name (never the secret).
-    pub fn failure(&self) -> Failure {
+    pub(crate) fn failure(&self) -> Failure {
         match self {
             BoundsViolation::TooManyItems { .. } => Failure::TooManyItems,
             BoundsViolation::ItemTooLarge { .. } => Failure::ItemTooLarge,
@@ -55,7 +55,8 @@ impl BoundsViolation {
     }
 
     /// The provider status this violation gives the invocation.
-    pub fn status(&self) -> ProviderStatus {
+    #[cfg(test)]
+    pub(crate) fn status(&self) -> crate::contract::ProviderStatus {
         self.failure().status()
     }
 }
@@ -139,6 +140,7 @@ fn check_secrets(index: usize, item: &Item) -> Result<(), BoundsViolation> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::ProviderStatus;
     use serde_json::{Map, json};
 
     fn item(id: &str) -> Item {

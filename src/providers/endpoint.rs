@@ -11,7 +11,7 @@ use url::{Host, Url};
 /// One way an endpoint breaks the rule. Declared from the most fundamental (nowhere a
 /// request could go) to the least, so the smallest of several is the one to tell first.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Violation {
+pub(crate) enum Violation {
     /// The URL names no host.
     NoHost,
     /// `http://` to a host that is not loopback (the host as the URL writes it).
@@ -28,7 +28,7 @@ pub enum Violation {
 
 /// Every violation of the rule by `url`: first what the URL carries (credentials, query,
 /// fragment), then where it goes (scheme, host).
-pub fn violations(url: &Url) -> Vec<Violation> {
+pub(crate) fn violations(url: &Url) -> Vec<Violation> {
     let mut found = Vec::new();
     if !url.username().is_empty() || url.password().is_some() {
         found.push(Violation::Credentials);
@@ -58,7 +58,7 @@ pub fn violations(url: &Url) -> Vec<Violation> {
 
 /// `localhost`, 127.0.0.0/8 and `::1`. Other names (`*.localhost`, hosts-file aliases)
 /// depend on the resolver, and IPv4-mapped addresses on the stack, so they do not count.
-pub fn is_loopback(host: &Host<&str>) -> bool {
+pub(crate) fn is_loopback(host: &Host<&str>) -> bool {
     match host {
         Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
         Host::Ipv4(ip) => ip.is_loopback(),

@@ -170,11 +170,6 @@ impl HttpProvider {
         })
     }
 
-    /// The endpoint as bound.
-    pub fn endpoint(&self) -> &Url {
-        &self.endpoint
-    }
-
     /// One lookup. Never panics; every failure is an outcome with a typed failure.
     /// The whole exchange (connect, headers, body) must finish by `call.deadline`.
     pub async fn lookup(&self, call: &LookupCall<'_>) -> Outcome {
@@ -292,7 +287,7 @@ fn failed(failure: Failure) -> Outcome {
 
 /// What a non-2xx status means.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StatusRefusal {
+pub(crate) enum StatusRefusal {
     /// 404: no record.
     NotFound,
     Failed(Failure),
@@ -303,7 +298,7 @@ pub enum StatusRefusal {
 /// 404 is "no record"; 401/403 mean the bound secret was refused; every 3xx is a
 /// redirect, never followed; any other status is the provider being unavailable, with
 /// the code as detail (`HTTP_503`).
-pub fn classify_status(code: u16) -> Option<StatusRefusal> {
+pub(crate) fn classify_status(code: u16) -> Option<StatusRefusal> {
     let failure = match code {
         200..=299 => return None,
         404 => return Some(StatusRefusal::NotFound),

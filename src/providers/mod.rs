@@ -5,7 +5,7 @@
 //! thread of the coordinator that was granted it.
 
 pub mod bounds;
-pub mod endpoint;
+pub(crate) mod endpoint;
 pub mod http;
 pub mod secrets;
 pub mod sqlite;
@@ -42,7 +42,7 @@ impl Secret {
 
     /// The value, for the one place that sends it (the `Authorization` header) and the
     /// reflection check.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }
@@ -75,27 +75,27 @@ mod tests {
 /// The implementation behind one provider binding. Cheap to clone: clones share the
 /// HTTP client's connection pool or the SQLite connection pool.
 #[derive(Clone)]
-pub enum Implementation {
+pub(crate) enum Implementation {
     Http(http::HttpProvider),
     Sqlite(sqlite::SqliteProvider),
 }
 
 /// What a readiness probe learned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProbeReport {
+pub(crate) struct ProbeReport {
     /// The version the provider describes itself with (HTTP `describe`).
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
 }
 
 impl Implementation {
-    pub fn type_name(&self) -> &'static str {
+    pub(crate) fn type_name(&self) -> &'static str {
         match self {
             Implementation::Http(_) => "http",
             Implementation::Sqlite(_) => "sqlite",
         }
     }
 
-    pub async fn lookup(&self, call: &LookupCall<'_>) -> crate::outcome::Outcome {
+    pub(crate) async fn lookup(&self, call: &LookupCall<'_>) -> crate::outcome::Outcome {
         match self {
             Implementation::Http(provider) => provider.lookup(call).await,
             Implementation::Sqlite(provider) => provider.lookup(call).await,
@@ -104,7 +104,7 @@ impl Implementation {
 
     /// The readiness probe: `describe` for HTTP, a connection and a prepare for SQLite.
     /// The error is a short description with status and detail, never a value.
-    pub async fn probe(&self, deadline: Instant) -> Result<ProbeReport, String> {
+    pub(crate) async fn probe(&self, deadline: Instant) -> Result<ProbeReport, String> {
         match self {
             Implementation::Http(provider) => match provider.describe(deadline).await {
                 Ok(described) => Ok(ProbeReport {
@@ -123,7 +123,7 @@ impl Implementation {
     }
 
     /// Releases pooled connections (ordered shutdown).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         if let Implementation::Sqlite(provider) = self {
             provider.close();
         }
@@ -133,7 +133,7 @@ impl Implementation {
 /// Why the implementation a binding names could not be built. Messages never include a
 /// secret.
 #[derive(Debug, thiserror::Error)]
-pub enum SetupError {
+pub(crate) enum SetupError {
     #[error("secret env var {0} is not set")]
     SecretNotSet(String),
     #[error(transparent)]
@@ -146,7 +146,7 @@ impl Implementation {
     /// Builds the implementation a binding names, as `serve` does at start-up: the HTTP
     /// client with the secret read from `env`, or the SQLite file opened read-only with
     /// its query prepared — so a broken binding stops start-up instead of failing turns.
-    pub async fn build(
+    pub(crate) async fn build(
         binding: &ProviderBinding,
         env: &EnvVars,
     ) -> Result<Implementation, SetupError> {

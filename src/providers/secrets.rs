@@ -40,7 +40,7 @@ pub struct Detector {
 
 impl Detector {
     /// The detector's stable snake_case name, e.g. `github_token`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         self.name
     }
 }
@@ -129,7 +129,7 @@ pub fn scan(text: &str) -> Option<Detector> {
 /// Strings are visited depth-first in document order and the first string with a match
 /// decides the detector. An object entry whose value is a string is also scanned as the
 /// assignment `key: value`, so `{"client_secret": "…"}` is caught like `client_secret: …`.
-pub fn scan_json(value: &Value) -> Option<Detector> {
+pub(crate) fn scan_json(value: &Value) -> Option<Detector> {
     match value {
         Value::String(text) => scan(text),
         Value::Array(elements) => elements.iter().find_map(scan_json),
@@ -139,7 +139,7 @@ pub fn scan_json(value: &Value) -> Option<Detector> {
 }
 
 /// Scans a JSON object's keys and values as [`scan_json`] does, without copying it.
-pub fn scan_map(map: &serde_json::Map<String, Value>) -> Option<Detector> {
+pub(crate) fn scan_map(map: &serde_json::Map<String, Value>) -> Option<Detector> {
     map.iter().find_map(|(key, value)| {
         scan(key).or_else(|| match value {
             Value::String(text) => scan(text).or_else(|| scan(&format!("{key}: {text}"))),
@@ -149,7 +149,8 @@ pub fn scan_map(map: &serde_json::Map<String, Value>) -> Option<Detector> {
 }
 
 /// Every detector name, in reporting order, for docs and tests.
-pub fn detector_names() -> impl Iterator<Item = &'static str> {
+#[cfg(test)]
+pub(crate) fn detector_names() -> impl Iterator<Item = &'static str> {
     DETECTORS.iter().map(|&(name, _)| name)
 }
 

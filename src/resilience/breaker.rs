@@ -37,11 +37,11 @@ use std::time::{Duration, Instant};
 /// Short and fixed: a probe slot frees as soon as any probe answers, which is usually
 /// well within a call timeout, whereas the remaining `half_open_max` is only an upper
 /// bound and would hold callers back far longer than needed.
-pub const HALF_OPEN_RETRY_AFTER: Duration = Duration::from_millis(100);
+pub(crate) const HALF_OPEN_RETRY_AFTER: Duration = Duration::from_millis(100);
 
 /// The breaker's state, as reported to metrics, logs and `Observe` messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BreakerState {
+pub(crate) enum BreakerState {
     /// Calls flow; results are counted in the sliding window.
     Closed,
     /// Calls are rejected until the open period has elapsed.
@@ -52,7 +52,7 @@ pub enum BreakerState {
 
 impl BreakerState {
     /// The state's name for logs and labels: `closed`, `open` or `half_open`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             BreakerState::Closed => "closed",
             BreakerState::Open => "open",
@@ -61,7 +61,7 @@ impl BreakerState {
     }
 
     /// The state as a gauge value: 0 closed, 1 open, 2 half-open.
-    pub fn as_gauge(self) -> f64 {
+    pub(crate) fn as_gauge(self) -> f64 {
         match self {
             BreakerState::Closed => 0.0,
             BreakerState::Open => 1.0,
@@ -78,7 +78,7 @@ impl fmt::Display for BreakerState {
 
 /// What a finished call says about the provider's health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CallResult {
+pub(crate) enum CallResult {
     /// The provider answered.
     Success,
     /// The provider failed to answer: timed out or unavailable.
@@ -91,7 +91,7 @@ pub enum CallResult {
 
 /// The answer to [`Breaker::admit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
+pub(crate) enum Admission {
     /// Make the call, then hand the ticket back to [`Breaker::record`] with its result.
     Allowed(Ticket),
     /// Do not call the provider; the circuit may admit calls again after `retry_after`.
@@ -102,7 +102,7 @@ pub enum Admission {
 ///
 /// `Copy` for convenience: recording the same ticket twice would free a probe slot twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     /// The breaker generation the call was admitted in; a result from an older
     /// generation describes a circuit that no longer exists and is ignored.
     generation: u64,
@@ -112,38 +112,39 @@ pub struct Ticket {
 
 impl Ticket {
     /// Whether this call is a half-open probe (holds a probe slot until recorded).
-    pub fn is_probe(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_probe(&self) -> bool {
         self.probe
     }
 }
 
 /// A state change caused by an event, for logs and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Transition {
-    pub from: BreakerState,
-    pub to: BreakerState,
+pub(crate) struct Transition {
+    pub(crate) from: BreakerState,
+    pub(crate) to: BreakerState,
 }
 
 /// What the breaker looks like at an instant: for `Observe` messages and tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BreakerSnapshot {
+pub(crate) struct BreakerSnapshot {
     /// The state as of the instant (an elapsed open period reads as HalfOpen).
-    pub state: BreakerState,
+    pub(crate) state: BreakerState,
     /// Success and Failure results in the sliding window (Closed only; 0 otherwise).
-    pub calls_in_window: u32,
+    pub(crate) calls_in_window: u32,
     /// Failures among them.
-    pub failures_in_window: u32,
+    pub(crate) failures_in_window: u32,
     /// Failures in a row since the last Success (Closed only; 0 otherwise).
-    pub consecutive_failures: u32,
+    pub(crate) consecutive_failures: u32,
     /// Probe tickets issued in this half-open phase and not yet recorded.
-    pub probes_in_flight: u32,
+    pub(crate) probes_in_flight: u32,
     /// Probe Successes so far in this half-open phase.
-    pub probe_successes: u32,
+    pub(crate) probe_successes: u32,
 }
 
 /// The circuit breaker for one provider binding. See the module docs for the rules.
 #[derive(Debug, Clone)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     /// Thresholds, with zero counts raised to one so the machine can neither divide by
     /// zero nor wedge (validation already rejects zeros).
     settings: CircuitSettings,
@@ -183,7 +184,7 @@ impl Phase {
 impl Breaker {
     /// A closed breaker with an empty window. `now` is accepted for symmetry with the
     /// other methods; a closed circuit has no time limit.
-    pub fn new(settings: CircuitSettings, now: Instant) -> Self {
+    pub(crate) fn new(settings: CircuitSettings, now: Instant) -> Self {
         let _ = now;
         let settings = CircuitSettings {
             min_calls: settings.min_calls.max(1),
@@ -204,7 +205,7 @@ impl Breaker {
     /// The state as of `now`. An elapsed open period reads as HalfOpen even before the
     /// next [`admit`](Self::admit) applies it; a half-open phase past `half_open_max`
     /// still reads HalfOpen until the next `admit` fails it.
-    pub fn state(&self, now: Instant) -> BreakerState {
+    pub(crate) fn state(&self, now: Instant) -> BreakerState {
         match self.phase {
             Phase::Open { since } if self.open_elapsed(since, now) => BreakerState::HalfOpen,
             phase => phase.state(),
@@ -213,7 +214,7 @@ impl Breaker {
 
     /// Whether a call may be made now. Applies the transitions that time alone causes
     /// (see [`advance`](Self::advance)) first.
-    pub fn admit(&mut self, now: Instant) -> Admission {
+    pub(crate) fn admit(&mut self, now: Instant) -> Admission {
         self.advance(now);
         let generation = self.generation;
         match &mut self.phase {
@@ -249,7 +250,7 @@ impl Breaker {
     ///
     /// [`admit`](Self::admit) calls this itself; an owner that wants to log these
     /// transitions calls it just before `admit`, which then finds nothing left to do.
-    pub fn advance(&mut self, now: Instant) -> Option<Transition> {
+    pub(crate) fn advance(&mut self, now: Instant) -> Option<Transition> {
         match self.phase {
             Phase::Open { since } if self.open_elapsed(since, now) => {
                 Some(self.enter(Phase::HalfOpen {
@@ -269,7 +270,7 @@ impl Breaker {
 
     /// Counts the result of a call admitted with `ticket`; returns the transition it
     /// caused, if any. A ticket from an older generation changes nothing.
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         ticket: Ticket,
         result: CallResult,
@@ -320,7 +321,7 @@ impl Breaker {
     }
 
     /// The breaker's counters as of `now`, for `Observe` messages and tests.
-    pub fn snapshot(&self, now: Instant) -> BreakerSnapshot {
+    pub(crate) fn snapshot(&self, now: Instant) -> BreakerSnapshot {
         let (probes_in_flight, probe_successes) = match self.phase {
             Phase::HalfOpen {
                 in_flight,
@@ -413,7 +414,7 @@ impl Window {
 /// counts as a Success: one bad value must not open the circuit for everyone. Outcomes
 /// that never reached the provider (the circuit was open, the actor was overloaded, the
 /// binding or request was refused, the provider was not evaluated) are Neutral.
-pub fn classify(outcome: &Outcome) -> CallResult {
+pub(crate) fn classify(outcome: &Outcome) -> CallResult {
     match &outcome.answer {
         Answer::Items { .. } | Answer::NotFound => CallResult::Success,
         Answer::Failed(failure) if failure.counts_toward_breaker() => CallResult::Failure,

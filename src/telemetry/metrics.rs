@@ -9,22 +9,22 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-pub const TURNS: &str = "ctxd_turns_total";
-pub const TURN_DURATION: &str = "ctxd_turn_duration_seconds";
-pub const COORDINATOR_OVERHEAD: &str = "ctxd_coordinator_overhead_seconds";
-pub const PROVIDER_CALLS: &str = "ctxd_provider_calls_total";
-pub const PROVIDER_CALL_DURATION: &str = "ctxd_provider_call_duration_seconds";
-pub const PROVIDER_IN_FLIGHT: &str = "ctxd_provider_in_flight";
-pub const PROVIDER_CIRCUIT_STATE: &str = "ctxd_provider_circuit_state";
-pub const TRACE_QUEUE_DEPTH: &str = "ctxd_trace_queue_depth";
-pub const TRACE_BATCHES: &str = "ctxd_trace_batches_total";
-pub const TRACE_RECORDS: &str = "ctxd_trace_records_total";
-pub const TRACE_WRITE_DURATION: &str = "ctxd_trace_write_duration_seconds";
-pub const TRACE_BACKPRESSURE: &str = "ctxd_trace_backpressure_total";
-pub const HANDLE_OPERATIONS: &str = "ctxd_handle_operations_total";
+pub(crate) const TURNS: &str = "ctxd_turns_total";
+pub(crate) const TURN_DURATION: &str = "ctxd_turn_duration_seconds";
+pub(crate) const COORDINATOR_OVERHEAD: &str = "ctxd_coordinator_overhead_seconds";
+pub(crate) const PROVIDER_CALLS: &str = "ctxd_provider_calls_total";
+pub(crate) const PROVIDER_CALL_DURATION: &str = "ctxd_provider_call_duration_seconds";
+pub(crate) const PROVIDER_IN_FLIGHT: &str = "ctxd_provider_in_flight";
+pub(crate) const PROVIDER_CIRCUIT_STATE: &str = "ctxd_provider_circuit_state";
+pub(crate) const TRACE_QUEUE_DEPTH: &str = "ctxd_trace_queue_depth";
+pub(crate) const TRACE_BATCHES: &str = "ctxd_trace_batches_total";
+pub(crate) const TRACE_RECORDS: &str = "ctxd_trace_records_total";
+pub(crate) const TRACE_WRITE_DURATION: &str = "ctxd_trace_write_duration_seconds";
+pub(crate) const TRACE_BACKPRESSURE: &str = "ctxd_trace_backpressure_total";
+pub(crate) const HANDLE_OPERATIONS: &str = "ctxd_handle_operations_total";
 
 /// Buckets of the coordinator overhead, in seconds: its target is well under 1 ms.
-pub const OVERHEAD_BUCKETS: &[f64] = &[
+pub(crate) const OVERHEAD_BUCKETS: &[f64] = &[
     0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
 ];
 
@@ -33,7 +33,7 @@ static TENANT_LABEL: AtomicBool = AtomicBool::new(false);
 
 /// Installs the process-wide recorder with the configured duration buckets. The
 /// exporter's own HTTP listener is not used: `GET /metrics` renders from the handle.
-pub fn install(settings: &MetricsSettings) -> anyhow::Result<PrometheusHandle> {
+pub(crate) fn install(settings: &MetricsSettings) -> anyhow::Result<PrometheusHandle> {
     TENANT_LABEL.store(settings.tenant_label, Ordering::Relaxed);
     let seconds: Vec<f64> = settings
         .duration_buckets_ms
@@ -109,14 +109,14 @@ fn with_tenant(tenant: &str, mut labels: Vec<Label>) -> Vec<Label> {
 }
 
 /// A turn request ended: answered (possibly blocked) or refused with an API error.
-pub struct TurnEnded<'a> {
-    pub tenant: Option<&'a str>,
+pub(crate) struct TurnEnded<'a> {
+    pub(crate) tenant: Option<&'a str>,
     /// `answered`, `blocked`, or the API error code in lowercase.
-    pub outcome: &'static str,
+    pub(crate) outcome: &'static str,
 }
 
 impl TurnEnded<'_> {
-    pub fn emit(&self) {
+    pub(crate) fn emit(&self) {
         let labels = vec![Label::new("outcome", self.outcome)];
         let labels = match self.tenant {
             Some(tenant) => with_tenant(tenant, labels),
@@ -127,15 +127,15 @@ impl TurnEnded<'_> {
 }
 
 /// A turn was assembled: its duration and the coordinator's own share of it.
-pub struct TurnTimed<'a> {
-    pub tenant: &'a str,
-    pub duration: Duration,
+pub(crate) struct TurnTimed<'a> {
+    pub(crate) tenant: &'a str,
+    pub(crate) duration: Duration,
     /// Turn time minus the slowest provider call.
-    pub overhead: Duration,
+    pub(crate) overhead: Duration,
 }
 
 impl TurnTimed<'_> {
-    pub fn emit(&self) {
+    pub(crate) fn emit(&self) {
         metrics::histogram!(TURN_DURATION, with_tenant(self.tenant, Vec::new()))
             .record(self.duration.as_secs_f64());
         metrics::histogram!(COORDINATOR_OVERHEAD, with_tenant(self.tenant, Vec::new()))
@@ -144,16 +144,16 @@ impl TurnTimed<'_> {
 }
 
 /// One provider call finished (or failed fast).
-pub struct ProviderCallFinished<'a> {
-    pub tenant: &'a str,
-    pub provider: &'a str,
-    pub status: &'static str,
-    pub detail: Option<&'a str>,
-    pub duration: Duration,
+pub(crate) struct ProviderCallFinished<'a> {
+    pub(crate) tenant: &'a str,
+    pub(crate) provider: &'a str,
+    pub(crate) status: &'static str,
+    pub(crate) detail: Option<&'a str>,
+    pub(crate) duration: Duration,
 }
 
 impl ProviderCallFinished<'_> {
-    pub fn emit(&self) {
+    pub(crate) fn emit(&self) {
         let provider = Label::new("provider", self.provider.to_owned());
         let calls = with_tenant(
             self.tenant,
@@ -173,15 +173,15 @@ impl ProviderCallFinished<'_> {
 }
 
 /// A provider's calls in flight and circuit state, as its actor sees them.
-pub struct ProviderStateObserved<'a> {
-    pub tenant: &'a str,
-    pub provider: &'a str,
-    pub in_flight: usize,
-    pub circuit: f64,
+pub(crate) struct ProviderStateObserved<'a> {
+    pub(crate) tenant: &'a str,
+    pub(crate) provider: &'a str,
+    pub(crate) in_flight: usize,
+    pub(crate) circuit: f64,
 }
 
 impl ProviderStateObserved<'_> {
-    pub fn emit(&self) {
+    pub(crate) fn emit(&self) {
         let labels = with_tenant(
             self.tenant,
             vec![Label::new("provider", self.provider.to_owned())],
@@ -192,13 +192,13 @@ impl ProviderStateObserved<'_> {
 }
 
 /// The trace writer committed a batch.
-pub struct TraceBatchWritten {
-    pub records: u64,
-    pub duration: Duration,
+pub(crate) struct TraceBatchWritten {
+    pub(crate) records: u64,
+    pub(crate) duration: Duration,
 }
 
 impl TraceBatchWritten {
-    pub fn emit(&self) {
+    pub(crate) fn emit(&self) {
         metrics::counter!(TRACE_BATCHES).increment(1);
         metrics::counter!(TRACE_RECORDS).increment(self.records);
         metrics::histogram!(TRACE_WRITE_DURATION).record(self.duration.as_secs_f64());
@@ -206,11 +206,11 @@ impl TraceBatchWritten {
 }
 
 /// The trace queue's depth, sampled.
-pub fn trace_queue_depth(depth: usize) {
+pub(crate) fn trace_queue_depth(depth: usize) {
     metrics::gauge!(TRACE_QUEUE_DEPTH).set(depth as f64);
 }
 
 /// A turn was refused because its trace could not be queued.
-pub fn trace_backpressure() {
+pub(crate) fn trace_backpressure() {
     metrics::counter!(TRACE_BACKPRESSURE).increment(1);
 }

@@ -2,14 +2,14 @@
 //! carry a lookup value, a secret or provider content; metric labels never carry ids or
 //! values.
 
-pub mod metrics;
+pub(crate) mod metrics;
 
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber: human-readable lines on standard error, or JSON when
 /// `CTXD_LOG_FORMAT=json`; the level from `CTXD_LOG` (default `info`). Safe to call
 /// more than once (later calls do nothing).
-pub fn init_logging() {
+pub(crate) fn init_logging() {
     let filter = EnvFilter::try_from_env("CTXD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let json = std::env::var("CTXD_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
     let builder = tracing_subscriber::fmt()

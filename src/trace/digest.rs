@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 type HmacSha256 = Hmac<Sha256>;
 
 /// Shortest key accepted from the environment, in bytes.
-pub const MIN_KEY_BYTES: usize = 32;
+pub(crate) const MIN_KEY_BYTES: usize = 32;
 /// File name of a generated key, beside the trace store.
-pub const GENERATED_KEY_FILE: &str = "digest.key";
+pub(crate) const GENERATED_KEY_FILE: &str = "digest.key";
 
 /// The deployment's HMAC key. Never printed.
 #[derive(Clone)]
@@ -50,7 +50,7 @@ impl DigestKey {
 
     /// The key from `env_name`; when unset and `generate` is allowed, the key kept in
     /// `key_dir`, created there (mode 0600) on first use.
-    pub fn resolve(
+    pub(crate) fn resolve(
         env_value: Option<&str>,
         env_name: &str,
         generate: bool,
@@ -92,7 +92,7 @@ impl DigestKey {
     }
 
     /// HMAC-SHA256 over length-prefixed parts, as lowercase hex.
-    pub fn keyed_hex(&self, parts: &[&[u8]]) -> String {
+    pub(crate) fn keyed_hex(&self, parts: &[&[u8]]) -> String {
         let mut mac = self.mac();
         for part in parts {
             mac.update(&(part.len() as u64).to_be_bytes());
@@ -117,7 +117,7 @@ impl DigestKey {
 
     /// A 32-byte key derived for one purpose (e.g. `ctxd-retention` encrypts retained
     /// content at rest), so one deployment key serves several uses independently.
-    pub fn derive(&self, purpose: &str) -> [u8; 32] {
+    pub(crate) fn derive(&self, purpose: &str) -> [u8; 32] {
         let mut mac = self.mac();
         mac.update(b"ctxd-derive");
         mac.update(purpose.as_bytes());

@@ -5,8 +5,8 @@
 //! Dependencies point one way: `record` and `digest` at the bottom; `query` (pure search
 //! planning) on them; `store` on those; `writer` on the store.
 
-pub mod digest;
-pub mod query;
+pub(crate) mod digest;
+pub(crate) mod query;
 pub mod record;
 pub mod store;
 pub mod writer;

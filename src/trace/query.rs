@@ -30,9 +30,9 @@ use serde::Serialize;
 use std::time::UNIX_EPOCH;
 
 /// Largest page a search returns; larger limits are clamped (callers validate first).
-pub const MAX_LIMIT: usize = 500;
+pub(crate) const MAX_LIMIT: usize = 500;
 /// The page size when a caller does not choose one.
-pub const DEFAULT_LIMIT: usize = 20;
+pub(crate) const DEFAULT_LIMIT: usize = 20;
 
 /// Every tenant with turns, by walking `turns (tenant, …)` one distinct value at a time.
 pub(crate) const TENANTS: &str = "WITH RECURSIVE tenants (name) AS (
@@ -70,21 +70,21 @@ pub struct SearchQuery {
 pub struct SearchPage {
     pub traces: Vec<StoredTurn>,
     /// Present when more results follow; pass it back unchanged as `cursor`.
-    pub next_cursor: Option<String>,
+    pub(crate) next_cursor: Option<String>,
 }
 
 /// The cursor after the turn at `seq`: 16 hex digits.
-pub fn encode_cursor(seq: i64) -> String {
+pub(crate) fn encode_cursor(seq: i64) -> String {
     format!("{seq:016x}")
 }
 
 /// A cursor no search issued: not 16 hex digits, or no `seq` a turn can have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("not a cursor a trace search issued")]
-pub struct InvalidCursor;
+pub(crate) struct InvalidCursor;
 
 /// The `seq` a cursor stands for.
-pub fn decode_cursor(cursor: &str) -> Result<i64, InvalidCursor> {
+pub(crate) fn decode_cursor(cursor: &str) -> Result<i64, InvalidCursor> {
     if cursor.len() != 16 || !cursor.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(InvalidCursor);
     }
@@ -251,9 +251,9 @@ pub(crate) fn streams(query: &SearchQuery, tenant: &str, before: i64, take: usiz
 
 /// Most handle operation records a page lists; larger limits are clamped (callers
 /// validate first).
-pub const MAX_HANDLE_OPERATIONS: usize = 1000;
+pub(crate) const MAX_HANDLE_OPERATIONS: usize = 1000;
 /// The page size of a handle's operations when a caller does not choose one.
-pub const DEFAULT_HANDLE_OPERATIONS: usize = 100;
+pub(crate) const DEFAULT_HANDLE_OPERATIONS: usize = 100;
 
 /// One handle's operations after a sequence number, in sequence order: a range scan of
 /// the primary key `(tenant, handle_id, sequence)`.
@@ -263,15 +263,15 @@ pub(crate) const HANDLE_OPERATIONS: &str = "SELECT sequence, record FROM handle_
 
 /// One page of a handle's operation records (JSON), in sequence order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HandleOperationsPage<T> {
-    pub operations: Vec<T>,
+pub(crate) struct HandleOperationsPage<T> {
+    pub(crate) operations: Vec<T>,
     /// The sequence to pass as `after` for the next page, when more follow.
-    pub next_after: Option<u64>,
+    pub(crate) next_after: Option<u64>,
 }
 
 /// Why a time filter does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TimeError {
+pub(crate) enum TimeError {
     #[error("too many digits for milliseconds since the epoch")]
     TooManyDigits,
     #[error("{0}: write RFC 3339, e.g. 2026-11-30T10:00:00Z, or milliseconds since the epoch")]
@@ -284,7 +284,7 @@ pub enum TimeError {
 /// optional leading `+`), or RFC 3339 in UTC (`T` or a space, `Z` optional, e.g.
 /// `2026-11-30T10:00:00Z`). Negative milliseconds and times before 1970 are refused:
 /// no turn started then.
-pub fn parse_time(text: &str) -> Result<i64, TimeError> {
+pub(crate) fn parse_time(text: &str) -> Result<i64, TimeError> {
     let digits = text.strip_prefix('+').unwrap_or(text);
     if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
         return digits.parse::<i64>().map_err(|_| TimeError::TooManyDigits);

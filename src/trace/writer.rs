@@ -80,11 +80,11 @@ pub enum WriterError {
 }
 
 /// Name of the writer thread.
-pub const THREAD_NAME: &str = "ctxd-trace-writer";
+pub(crate) const THREAD_NAME: &str = "ctxd-trace-writer";
 /// Failed attempts at one batch after which waiting flushes are answered with an error.
-pub const FLUSH_GIVE_UP_ATTEMPTS: u32 = 5;
+pub(crate) const FLUSH_GIVE_UP_ATTEMPTS: u32 = 5;
 /// Attempts per batch at shutdown before the writer gives up on it.
-pub const SHUTDOWN_ATTEMPTS: u32 = 3;
+pub(crate) const SHUTDOWN_ATTEMPTS: u32 = 3;
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// First and longest sleep of `enqueue` while the queue is full.
@@ -95,13 +95,13 @@ const MAX_PAUSE: Duration = Duration::from_millis(10);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriterSettings {
     /// Traces the queue holds before `enqueue` waits (8192).
-    pub queue_capacity: usize,
+    pub(crate) queue_capacity: usize,
     /// Traces per transaction, at most (256).
-    pub batch_size: usize,
+    pub(crate) batch_size: usize,
     /// Longest a trace waits in a partial batch (50 ms).
-    pub batch_delay: Duration,
+    pub(crate) batch_delay: Duration,
     /// How often expired retained content is purged (60 s).
-    pub purge_interval: Duration,
+    pub(crate) purge_interval: Duration,
 }
 
 impl Default for WriterSettings {
@@ -129,19 +129,19 @@ pub enum Backpressure {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WriterStats {
     /// Batches committed.
-    pub batches: u64,
+    pub(crate) batches: u64,
     /// Turn records plus provider records committed.
     pub records: u64,
     /// Turns committed.
-    pub turns: u64,
+    pub(crate) turns: u64,
     /// Handle operation records committed.
-    pub handle_operations: u64,
+    pub(crate) handle_operations: u64,
     /// Failed commit attempts (each retry counts).
     pub write_errors: u64,
     /// Retained items purged after their expiry.
-    pub purged: u64,
+    pub(crate) purged: u64,
     /// How long the last committed batch took.
-    pub last_batch: Duration,
+    pub(crate) last_batch: Duration,
 }
 
 /// State shared by the senders, the handle and the thread.
@@ -270,7 +270,7 @@ impl TraceSender {
     /// Queues one handle operation record, under the same rules as [`Self::enqueue`]:
     /// never blocks the thread, `Err(Backpressure)` after `wait` (the caller answers
     /// 503).
-    pub async fn enqueue_handle_operation(
+    pub(crate) async fn enqueue_handle_operation(
         &self,
         record: &HandleOpRecord,
         wait: Duration,
@@ -319,13 +319,20 @@ impl TraceSender {
     }
 
     /// Traces waiting in the queue.
-    pub fn queue_depth(&self) -> usize {
+    pub(crate) fn queue_depth(&self) -> usize {
         self.queue_tx.len()
     }
 }
 
 enum Control {
     /// Commit everything queued when the writer reads this, then answer.
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "only tests flush: they need commits they can observe"
+        )
+    )]
     Flush(Sender<Result<(), WriterError>>),
     /// Drain, commit and stop.
     Shutdown,
@@ -350,7 +357,8 @@ impl TraceWriterHandle {
     /// Blocks until everything enqueued before the call is committed. Errors when the
     /// store keeps failing (the writer keeps the batch and retries) or the writer has
     /// stopped.
-    pub fn flush(&self) -> Result<(), WriterError> {
+    #[cfg(test)]
+    pub(crate) fn flush(&self) -> Result<(), WriterError> {
         let (reply_tx, reply_rx) = bounded(1);
         self.control_tx
             .send(Control::Flush(reply_tx))
@@ -369,7 +377,7 @@ impl TraceWriterHandle {
     }
 
     /// Batches, records, write errors and the last batch's duration, for metrics.
-    pub fn stats(&self) -> WriterStats {
+    pub(crate) fn stats(&self) -> WriterStats {
         self.shared.snapshot()
     }
 }

@@ -12,8 +12,8 @@
 //! (`fixtures`: Context Tests, Preview and `serve --fixtures`) and a recorded trace
 //! ([`replay`]). Everything here is pure except what a source does to answer.
 
-pub mod capture;
-pub mod replay;
+pub(crate) mod capture;
+pub(crate) mod replay;
 mod respond;
 
 pub use capture::{ProviderTraceSettings, TurnFacts};
@@ -94,19 +94,19 @@ pub fn plan<'p>(
 }
 
 impl<'p> Planned<'p> {
-    pub fn plan(&self) -> &Plan {
+    pub(crate) fn plan(&self) -> &Plan {
         &self.plan
     }
 
     /// The turn's budget: what it asks for, never more than the project allows.
-    pub fn budget(&self, requested: Option<usize>) -> usize {
+    pub(crate) fn budget(&self, requested: Option<usize>) -> usize {
         let ceiling = self.project.max_bytes();
         requested.map_or(ceiling, |requested| requested.min(ceiling))
     }
 
     /// Has every invocation answered by `source`, all at once; the calls keep the plan's
     /// order. The first error of the source, in that order, ends the turn.
-    pub async fn call<S: OutcomeSource>(self, source: &S) -> Result<Called<'p>, S::Error> {
+    pub(crate) async fn call<S: OutcomeSource>(self, source: &S) -> Result<Called<'p>, S::Error> {
         let answers = join_all(self.plan.invocations.iter().map(|i| source.answer(i))).await;
         let mut calls = Vec::with_capacity(answers.len());
         for (invocation, answer) in self.plan.invocations.into_iter().zip(answers) {
@@ -133,10 +133,10 @@ impl<'p> Planned<'p> {
 /// A turn whose invocations have all been answered.
 #[derive(Debug)]
 pub struct Called<'p> {
-    pub project: &'p Project,
+    pub(crate) project: &'p Project,
     /// The profile's id.
-    pub profile: &'p str,
-    pub decisions: Decisions,
+    pub(crate) profile: &'p str,
+    pub(crate) decisions: Decisions,
     /// One per invocation of the plan, in its order.
     pub calls: Vec<Call>,
 }
@@ -152,7 +152,7 @@ impl<'p> Called<'p> {
     }
 
     /// The call of a provider, by its index in the project.
-    pub fn call_of(&self, provider: usize) -> Option<&Call> {
+    pub(crate) fn call_of(&self, provider: usize) -> Option<&Call> {
         match self.decisions.providers.get(provider)? {
             gate::ProviderDecision::Invoke(i) => self.calls.get(*i),
             _ => None,
@@ -163,8 +163,8 @@ impl<'p> Called<'p> {
 /// A turn assembled: what the kernel made of it, with the calls behind it.
 #[derive(Debug)]
 pub struct Answered<'p> {
-    pub called: Called<'p>,
-    pub result: TurnResult,
+    pub(crate) called: Called<'p>,
+    pub(crate) result: TurnResult,
 }
 
 /// A source that answers every invocation at once from a function, untimed: Context
@@ -189,7 +189,8 @@ where
     }
 
     /// Reports every answer as observed at `time` (a fixed clock for tests).
-    pub fn observed_at(mut self, time: SystemTime) -> Self {
+    #[cfg(test)]
+    pub(crate) fn observed_at(mut self, time: SystemTime) -> Self {
         self.observed_at = time;
         self
     }

@@ -42,7 +42,7 @@ impl kernel::HandleSink for RecordedHandles<'_> {
         layer: &str,
         provider: &str,
         item: &Item,
-    ) -> Option<crate::handles::HandleRef> {
+    ) -> Option<crate::contract::HandleRef> {
         let locator = self.key.locator(provider, &item.id);
         self.turn
             .selections
@@ -55,7 +55,7 @@ impl kernel::HandleSink for RecordedHandles<'_> {
 /// How one provider of the turn was replayed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum ProviderReplay {
+pub(crate) enum ProviderReplay {
     /// The recorded answer was reproduced: a failure, no content, or verified content.
     Exact,
     /// The answer had content that the trace store cannot give back verified.
@@ -66,7 +66,7 @@ pub enum ProviderReplay {
 }
 
 impl ProviderReplay {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ProviderReplay::Exact => "EXACT",
             ProviderReplay::LiveDependencyUnavailable => LIVE_DEPENDENCY_UNAVAILABLE,
@@ -78,58 +78,58 @@ impl ProviderReplay {
 /// What a replay reproduced, beside what the turn originally recorded.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ReplayResult {
-    pub turn_id: String,
+pub(crate) struct ReplayResult {
+    pub(crate) turn_id: String,
     /// Every invoked provider replayed `EXACT`.
-    pub exact: bool,
+    pub(crate) exact: bool,
     /// The replayed rendered digest equals the recorded one (both absent for a turn
     /// that was blocked and replays blocked).
-    pub rendered_digest_matches: bool,
-    pub rendered_digest: Option<String>,
-    pub original_rendered_digest: Option<String>,
-    pub blocked: bool,
-    pub original_blocked: bool,
-    pub layers: Vec<ReplayedLayer>,
-    pub providers: Vec<ReplayedProvider>,
+    pub(crate) rendered_digest_matches: bool,
+    pub(crate) rendered_digest: Option<String>,
+    pub(crate) original_rendered_digest: Option<String>,
+    pub(crate) blocked: bool,
+    pub(crate) original_blocked: bool,
+    pub(crate) layers: Vec<ReplayedLayer>,
+    pub(crate) providers: Vec<ReplayedProvider>,
     /// The replayed text; `None` when the replay is blocked.
-    pub rendered: Option<String>,
+    pub(crate) rendered: Option<String>,
 }
 
 impl ReplayResult {
     /// The replay reproduced the turn: every provider exact and the same rendered digest.
-    pub fn reproduced(&self) -> bool {
+    pub(crate) fn reproduced(&self) -> bool {
         self.exact && self.rendered_digest_matches
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ReplayedLayer {
-    pub id: String,
-    pub status: LayerStatus,
-    pub reason: LayerReason,
+pub(crate) struct ReplayedLayer {
+    pub(crate) id: String,
+    pub(crate) status: LayerStatus,
+    pub(crate) reason: LayerReason,
     /// `None` when the turn record has no decision for this layer.
-    pub original_status: Option<LayerStatus>,
-    pub original_reason: Option<LayerReason>,
+    pub(crate) original_status: Option<LayerStatus>,
+    pub(crate) original_reason: Option<LayerReason>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ReplayedProvider {
-    pub id: String,
-    pub replay: ProviderReplay,
+pub(crate) struct ReplayedProvider {
+    pub(crate) id: String,
+    pub(crate) replay: ProviderReplay,
     /// The replayed status: the recorded one, or `NOT_EVALUATED` with detail
     /// `LIVE_DEPENDENCY_UNAVAILABLE`.
-    pub status: ProviderStatus,
-    pub detail: Option<String>,
+    pub(crate) status: ProviderStatus,
+    pub(crate) detail: Option<String>,
     /// The status the turn recorded; `None` when it recorded none for this provider.
-    pub original_status: Option<ProviderStatus>,
+    pub(crate) original_status: Option<ProviderStatus>,
 }
 
 /// Why a turn cannot be replayed. Messages name keys, providers and digests, never an
 /// input value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReplayError {
+pub(crate) enum ReplayError {
     #[error("unknown turn {0}")]
     UnknownTurn(String),
     #[error("input {0} is missing: a replay needs every input of the recorded turn")]
@@ -166,7 +166,7 @@ impl From<StoreError> for ReplayError {
 
 /// Checks the given inputs against the turn's keyed input digests: the same key names,
 /// and for each the same value.
-pub fn verify_inputs(
+pub(crate) fn verify_inputs(
     turn: &TurnRecord,
     inputs: &BTreeMap<String, String>,
     key: &DigestKey,
@@ -246,7 +246,7 @@ impl OutcomeSource for RecordedTurn<'_> {
 ///
 /// `project` is the Build the turn ran; `retained` maps fingerprints to the content the
 /// store kept for this turn's tenant.
-pub fn replay(
+pub(crate) fn replay(
     stored: &StoredTurn,
     project: &Project,
     inputs: &BTreeMap<String, String>,
@@ -340,7 +340,7 @@ pub fn replay(
 
 /// Loads the turn (tenant-scoped), its Build and the retained items it needs from the
 /// store, then calls [`replay`].
-pub fn replay_from_store(
+pub(crate) fn replay_from_store(
     reader: &TraceReader,
     tenant: Option<&str>,
     turn_id: &str,

@@ -6,7 +6,7 @@ use crate::contract::TurnResponse;
 
 impl Answered<'_> {
     /// The `200` answer of the turn.
-    pub fn respond(self, turn: &TurnFacts<'_>) -> TurnResponse {
+    pub(crate) fn respond(self, turn: &TurnFacts<'_>) -> TurnResponse {
         TurnResponse {
             turn_id: turn.turn_id.to_owned(),
             project: self.called.project.id().to_owned(),

@@ -78,7 +78,8 @@ pub enum StoreError {
 impl StoreError {
     /// Whether the store is busy (another connection holds the write lock) rather than
     /// broken.
-    pub fn is_busy(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_busy(&self) -> bool {
         let source = match self {
             StoreError::Sqlite { source, .. } | StoreError::Open { source, .. } => source,
             _ => return false,

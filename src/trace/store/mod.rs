@@ -68,14 +68,12 @@ mod seal;
 mod write;
 
 pub use super::query::{SearchPage, SearchQuery};
-pub use super::record::StoredTurn;
 pub use error::StoreError;
-pub use pool::{ReaderCheckout, ReaderPool, ReaderPoolSettings};
+pub(crate) use pool::{ReaderCheckout, ReaderPool, ReaderPoolSettings};
 pub use read::{StoreCounts, TraceReader};
 pub use rows::{
     HandleOperationRow, LayerRow, ProviderRow, Queued, RetainedRow, RowEncoder, TraceRows, TurnRow,
 };
-pub use schema::SCHEMA_VERSION;
 pub use write::{TraceStore, Written};
 
 #[cfg(test)]

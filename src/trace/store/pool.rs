@@ -26,17 +26,17 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// Read connections the server keeps at most. Trace reads are operator traffic, each a
 /// handful of index seeks: a few connections serve them, and more would only contend
 /// for the same file.
-pub const READERS: usize = 8;
+pub(crate) const READERS: usize = 8;
 /// Longest a request waits for a free reader before it is answered `503`.
-pub const READER_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const READER_WAIT: Duration = Duration::from_secs(2);
 
 /// How many readers a pool holds and how long a checkout waits for one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReaderPoolSettings {
+pub(crate) struct ReaderPoolSettings {
     /// Connections open at most ([`READERS`]).
-    pub readers: usize,
+    pub(crate) readers: usize,
     /// Longest wait for a free reader ([`READER_WAIT`]).
-    pub wait: Duration,
+    pub(crate) wait: Duration,
 }
 
 impl Default for ReaderPoolSettings {
@@ -50,7 +50,7 @@ impl Default for ReaderPoolSettings {
 
 /// Shares a bounded set of read-only connections to one store. Cheap to clone.
 #[derive(Clone)]
-pub struct ReaderPool {
+pub(crate) struct ReaderPool {
     shared: Arc<Shared>,
 }
 
@@ -80,7 +80,11 @@ impl fmt::Debug for ReaderPool {
 impl ReaderPool {
     /// A pool for the store at `path`; opens nothing yet. `key` lets readers open
     /// retained content (replays need it).
-    pub fn new(path: &Path, key: Option<&DigestKey>, settings: ReaderPoolSettings) -> ReaderPool {
+    pub(crate) fn new(
+        path: &Path,
+        key: Option<&DigestKey>,
+        settings: ReaderPoolSettings,
+    ) -> ReaderPool {
         let settings = ReaderPoolSettings {
             readers: settings.readers.max(1),
             ..settings
@@ -99,7 +103,7 @@ impl ReaderPool {
 
     /// A reader of one's own until the checkout is dropped. Waits for a free one at most
     /// the pool's `wait`, then `Err(ReadersBusy)`.
-    pub async fn checkout(&self) -> Result<ReaderCheckout, StoreError> {
+    pub(crate) async fn checkout(&self) -> Result<ReaderCheckout, StoreError> {
         let started = Instant::now();
         let wait = self.shared.settings.wait;
         let permits = Arc::clone(&self.shared.permits);
@@ -123,7 +127,7 @@ impl ReaderPool {
     }
 
     /// Connections open now, idle or checked out; never above the pool's `readers`.
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::SeqCst)
     }
 }
@@ -137,7 +141,7 @@ impl Shared {
 
 /// One checked-out reader. Move it into the blocking closure that reads; dropping it
 /// returns the reader to the pool.
-pub struct ReaderCheckout {
+pub(crate) struct ReaderCheckout {
     shared: Arc<Shared>,
     reader: Option<TraceReader>,
     /// Released after `Drop::drop` has put the reader back (fields drop after it).
@@ -156,7 +160,7 @@ impl fmt::Debug for ReaderCheckout {
 impl ReaderCheckout {
     /// The reader, opening a connection if the pool had no idle one. Opening is
     /// blocking I/O: call this on the blocking pool, where the query runs.
-    pub fn reader(&mut self) -> Result<&TraceReader, StoreError> {
+    pub(crate) fn reader(&mut self) -> Result<&TraceReader, StoreError> {
         if self.reader.is_none() {
             let reader = TraceReader::open(&self.shared.path, self.shared.key.as_ref())?;
             self.shared.connections.fetch_add(1, Ordering::SeqCst);

@@ -79,7 +79,7 @@ impl TraceReader {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -105,7 +105,7 @@ impl TraceReader {
 
     /// `tenant: None` is for operator tools (CLI); the API always passes `Some` — another
     /// tenant's turn is `None`.
-    pub fn turn(
+    pub(crate) fn turn(
         &self,
         tenant: Option<&str>,
         turn_id: &str,
@@ -159,7 +159,7 @@ impl TraceReader {
 
     /// Retained items by fingerprint (decrypted, and only if the item's canonical digest
     /// equals its fingerprint — a tampered row is left out), for one tenant.
-    pub fn retained(
+    pub(crate) fn retained(
         &self,
         tenant: &str,
         fingerprints: &[&str],
@@ -203,7 +203,7 @@ impl TraceReader {
 
     /// One page of a handle's operation records for `tenant`, in sequence order, after
     /// sequence `after` (0 for the first page). Another tenant's handle has none.
-    pub fn handle_operations(
+    pub(crate) fn handle_operations(
         &self,
         tenant: &str,
         handle: &str,
@@ -223,7 +223,7 @@ impl TraceReader {
     }
 
     /// The Build JSON recorded for a build digest.
-    pub fn build(&self, digest: &str) -> Result<Option<String>, StoreError> {
+    pub(crate) fn build(&self, digest: &str) -> Result<Option<String>, StoreError> {
         self.conn
             .prepare_cached("SELECT build FROM builds WHERE digest = ?1")
             .and_then(|mut statement| statement.query_row([digest], |row| row.get(0)).optional())

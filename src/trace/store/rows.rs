@@ -20,16 +20,16 @@ pub enum Queued {
 /// A handle operation record, serialized off the writer thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandleOperationRow {
-    pub tenant: String,
-    pub handle_id: String,
-    pub sequence: i64,
-    pub at_ms: i64,
+    pub(crate) tenant: String,
+    pub(crate) handle_id: String,
+    pub(crate) sequence: i64,
+    pub(crate) at_ms: i64,
     /// The record as JSON.
-    pub record: String,
+    pub(crate) record: String,
 }
 
 impl HandleOperationRow {
-    pub fn encode(record: &HandleOpRecord) -> HandleOperationRow {
+    pub(crate) fn encode(record: &HandleOpRecord) -> HandleOperationRow {
         HandleOperationRow {
             tenant: record.tenant.clone(),
             handle_id: record.handle.clone(),
@@ -91,12 +91,7 @@ pub struct RetainedRow {
     pub expires_at_ms: i64,
 }
 
-impl TraceRows {
-    /// Turn record plus provider records: the unit the writer's `records` counts.
-    pub fn record_count(&self) -> usize {
-        1 + self.providers.len()
-    }
-}
+impl TraceRows {}
 
 /// Serializes traces into rows and seals retained content. Cheap to clone; holds the
 /// derived retention key (zeroed on drop), never printed.

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The schema version this code writes and reads.
-pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// How long a statement waits for another connection's lock before failing busy.
 pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);

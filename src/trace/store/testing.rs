@@ -18,13 +18,13 @@ pub(crate) fn key() -> DigestKey {
 /// What one provider of a test turn answered.
 #[derive(Debug, Clone)]
 pub(crate) struct ProviderSpec {
-    pub provider: String,
-    pub status: ProviderStatus,
+    pub(crate) provider: String,
+    pub(crate) status: ProviderStatus,
     /// `none`, `digest` or `content`.
-    pub retention: &'static str,
-    pub items: Vec<Item>,
+    pub(crate) retention: &'static str,
+    pub(crate) items: Vec<Item>,
     /// The lookup value: only its keyed digest reaches the record.
-    pub value: String,
+    pub(crate) value: String,
 }
 
 impl ProviderSpec {

@@ -1,6 +1,7 @@
 //! The store end to end: opening and migrating, writing batches, reading them back,
 //! sealing, purging and crash recovery, through the same calls the writer and readers use.
 
+use super::schema::SCHEMA_VERSION;
 use super::seal::RetentionCipher;
 use super::testing::{self, ProviderSpec, item, key};
 use super::write::PURGE_EXPIRED;

@@ -38,10 +38,10 @@ pub(super) const PURGE_EXPIRED: &str = "DELETE FROM retained_content WHERE expir
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Written {
     /// Turns written (a turn id already in the store is skipped, not an error).
-    pub turns: u64,
-    pub provider_records: u64,
+    pub(crate) turns: u64,
+    pub(crate) provider_records: u64,
     /// Handle operation records written (one already in the store is skipped).
-    pub handle_operations: u64,
+    pub(crate) handle_operations: u64,
 }
 
 /// The write connection. Owned by one thread (the trace writer); not `Sync`.
@@ -108,10 +108,6 @@ impl TraceStore {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// One transaction for the whole batch; prepared statements.
     pub fn write_batch(&mut self, traces: &[TurnTrace]) -> Result<(), StoreError> {
         let rows: Vec<TraceRows> = traces.iter().map(|t| self.encoder.encode(t)).collect();
@@ -120,13 +116,13 @@ impl TraceStore {
 
     /// Writes encoded rows in one `BEGIN IMMEDIATE` transaction. A turn id already in
     /// the store is skipped with its rows, so a retried batch never duplicates.
-    pub fn write_rows(&mut self, batch: &[TraceRows]) -> Result<Written, StoreError> {
+    pub(crate) fn write_rows(&mut self, batch: &[TraceRows]) -> Result<Written, StoreError> {
         let turns: Vec<&TraceRows> = batch.iter().collect();
         self.write_all(&turns, &[])
     }
 
     /// Writes a writer batch — turns and handle operations — in one transaction.
-    pub fn write_queued(&mut self, batch: &[Queued]) -> Result<Written, StoreError> {
+    pub(crate) fn write_queued(&mut self, batch: &[Queued]) -> Result<Written, StoreError> {
         let mut turns = Vec::with_capacity(batch.len());
         let mut operations = Vec::new();
         for queued in batch {
@@ -248,7 +244,7 @@ impl TraceStore {
 
     /// Deletes retained content whose `expires_at_ms <= now_ms`; returns how many rows.
     /// (The clock is injected: callers pass now.)
-    pub fn purge_expired(&mut self, now_ms: i64) -> Result<usize, StoreError> {
+    pub(crate) fn purge_expired(&mut self, now_ms: i64) -> Result<usize, StoreError> {
         self.conn
             .prepare_cached(PURGE_EXPIRED)
             .and_then(|mut statement| statement.execute([now_ms]))
