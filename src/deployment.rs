@@ -13,9 +13,13 @@
 //! says nothing of `Warning`.
 
 use crate::config::{
-    Binding, EnvVars, EnvironmentNeed, ProviderBinding, ServerConfig, TenantConfig, key_path,
+    Binding, EnvVars, EnvironmentNeed, ProviderBinding, ProviderKind, ServerConfig, TenantConfig,
+    key_path,
 };
 use crate::project::{LoadError, Project};
+use crate::providers::http::{HttpProvider, HttpSetupError};
+use crate::providers::sqlite::{SqliteProvider, SqliteSetupError};
+use crate::providers::{Implementation, Secret};
 use crate::validation::Problem;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -459,5 +463,47 @@ fn check_binding_use(
 
 #[cfg(test)]
 pub(crate) mod test_files;
+/// Why the implementation a binding names could not be built. Messages never include a
+/// secret.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SetupError {
+    #[error("secret env var {0} is not set")]
+    SecretNotSet(String),
+    #[error(transparent)]
+    Http(#[from] HttpSetupError),
+    #[error(transparent)]
+    Sqlite(#[from] SqliteSetupError),
+}
+
+/// Builds the implementation a binding names, as `serve` does at start-up: the HTTP
+/// client with the secret read from `env`, or the SQLite file opened read-only with its
+/// query prepared — so a broken binding stops start-up instead of failing turns.
+pub(crate) async fn build_implementation(
+    binding: &ProviderBinding,
+    env: &EnvVars,
+) -> Result<Implementation, SetupError> {
+    match &binding.kind {
+        ProviderKind::Http {
+            endpoint,
+            secret_env,
+        } => {
+            let secret = match secret_env {
+                Some(name) => Some(Secret::new(
+                    env.get(name)
+                        .ok_or_else(|| SetupError::SecretNotSet(name.clone()))?,
+                )),
+                None => None,
+            };
+            let provider =
+                HttpProvider::new(endpoint.clone(), secret, &binding.pool, binding.timeout)?;
+            Ok(Implementation::Http(provider))
+        }
+        ProviderKind::Sqlite { database, query } => {
+            let provider = SqliteProvider::open(database, query, &binding.pool).await?;
+            Ok(Implementation::Sqlite(provider))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -300,7 +300,8 @@ impl Handler<Shutdown> for ProviderActor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{CircuitSettings, PoolSettings, ProviderBinding, ProviderKind};
+    use crate::config::{CircuitSettings, ProviderBinding, ProviderKind};
+    use crate::providers::PoolSettings;
     use crate::providers::http::HttpProvider;
 
     fn gate(max_concurrency: usize, circuit: CircuitSettings) -> ProviderGate {

@@ -9,7 +9,6 @@ use crate::config::Retention;
 use crate::config::{EnvVars, ProviderBinding, ServerConfig};
 use crate::deployment::{Deployment, DeploymentProblem, ProblemKind, ResolvedProject, Severity};
 use crate::project::Project;
-use crate::providers::Implementation;
 use crate::trace::DigestKey;
 use crate::trace::store::{ReaderPool, ReaderPoolSettings};
 use crate::trace::writer::{self, TraceSender, TraceWriterHandle, WriterSettings};
@@ -306,7 +305,7 @@ async fn start_provider(
     env: &EnvVars,
     arbiter: &Arbiter,
 ) -> anyhow::Result<ProviderHandle> {
-    let implementation = Implementation::build(provider, env)
+    let implementation = crate::deployment::build_implementation(provider, env)
         .await
         .with_context(|| format!("tenant {tenant}: provider {}", provider.id))?;
     let gate = Arc::new(ProviderGate::new(

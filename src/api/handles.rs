@@ -26,10 +26,9 @@ use crate::actors::Registry;
 use crate::contract::HandleRef;
 use crate::handles::attempt::{self, DELETE, Finished, NotHeld, Prepared};
 use crate::handles::request;
-use crate::handles::{
-    HandleError, HandleOpRecord, HandleOperationFinished, OpOutput, SystemClock, is_valid_id,
-};
+use crate::handles::{HandleError, HandleOperationFinished, OpOutput, SystemClock, is_valid_id};
 use crate::trace::query::{DEFAULT_HANDLE_OPERATIONS, MAX_HANDLE_OPERATIONS};
+use crate::trace::record::HandleOpRecord;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Serialize;
 use serde_json::json;

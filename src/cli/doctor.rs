@@ -20,11 +20,12 @@
 //! current-thread runtime created by the command; lines keep the config's order.
 
 use crate::config::{ApiKey, EnvVars, ProviderBinding, ProviderKind, ServerConfig, TenantConfig};
+use crate::deployment::SetupError;
 use crate::deployment::{Deployment, DeploymentProblem, ProblemKind, Severity, TenantDeployment};
 use crate::outcome::Failure;
+use crate::providers::Implementation;
 use crate::providers::http::{DescribeError, HttpProvider};
 use crate::providers::sqlite::SqliteProvider;
-use crate::providers::{Implementation, SetupError};
 use crate::trace::digest::MIN_KEY_BYTES;
 use clap::Args;
 use futures_util::future::join_all;
@@ -570,8 +571,11 @@ async fn check_provider(subject: String, provider: &ProviderBinding, env: &EnvVa
     {
         return report.checks;
     }
-    let built =
-        tokio::time::timeout(SQLITE_CHECK_LIMIT, Implementation::build(provider, env)).await;
+    let built = tokio::time::timeout(
+        SQLITE_CHECK_LIMIT,
+        crate::deployment::build_implementation(provider, env),
+    )
+    .await;
     let implementation = match built {
         Ok(Ok(implementation)) => implementation,
         Ok(Err(SetupError::Http(error))) => {

@@ -12,6 +12,7 @@ use super::{
     ConfigErrors, Problems, field_path, key_path, parse_toml, refuse_inline_secrets, section,
     unknown_keys,
 };
+use crate::providers::PoolSettings;
 use crate::providers::endpoint::{self, Violation};
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
@@ -118,25 +119,6 @@ impl ProviderKind {
         match self {
             ProviderKind::Http { secret_env, .. } => secret_env.as_deref(),
             ProviderKind::Sqlite { .. } => None,
-        }
-    }
-}
-
-/// Connection reuse: `max_idle_per_host` and `idle_timeout` apply to HTTP clients,
-/// `max_size` to SQLite connection pools.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolSettings {
-    pub(crate) max_idle_per_host: usize,
-    pub(crate) idle_timeout: Duration,
-    pub(crate) max_size: usize,
-}
-
-impl Default for PoolSettings {
-    fn default() -> Self {
-        PoolSettings {
-            max_idle_per_host: 32,
-            idle_timeout: Duration::from_millis(90_000),
-            max_size: 4,
         }
     }
 }

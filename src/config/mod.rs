@@ -21,7 +21,7 @@ mod trace_store;
 
 pub use binding::{
     Binding, CacheSettings, CircuitSettings, DEFAULT_RETENTION_TTL, DEFAULT_TIMEOUT_MS,
-    PoolSettings, ProviderBinding, ProviderKind, Retention,
+    ProviderBinding, ProviderKind, Retention,
 };
 pub(crate) use env::EnvVars;
 pub(crate) use server::{

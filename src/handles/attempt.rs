@@ -20,11 +20,12 @@
 use super::bounds::Clock;
 use super::ops;
 use super::output::{Inspected, OpOutput};
-use super::record::RecordLimits;
 use super::request::{Limits, OpRequest, ParseFailure};
 use super::store::{Attempt, HandleStore};
-use super::{HandleError, HandleMaterial, HandleOpRecord};
+use super::{HandleError, HandleMaterial};
 use crate::contract::HandleRef;
+use crate::trace::record::HandleOpRecord;
+use crate::trace::record::RecordLimits;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 

@@ -36,13 +36,11 @@ pub(crate) mod ops;
 #[cfg(test)]
 mod ops_tests;
 pub(crate) mod output;
-pub(crate) mod record;
 pub(crate) mod request;
 pub(crate) mod store;
 
 pub(crate) use bounds::SystemClock;
 pub(crate) use output::OpOutput;
-pub(crate) use record::HandleOpRecord;
 pub(crate) use store::{HandleStore, StaleReason};
 
 use crate::contract::Item;

@@ -13,6 +13,7 @@
 //! pattern that cannot match a line is `invalid_pattern`.
 
 use super::{HandleError, LimitSettings};
+use crate::trace::record::RecordLimits;
 use serde_json::{Map, Value};
 use std::time::Duration;
 
@@ -452,6 +453,17 @@ impl Fields {
 /// A caller-supplied name, shortened for an error message.
 fn echo(text: &str) -> String {
     text.chars().take(ECHO_CHARS).collect()
+}
+
+/// The limits an operation ran under, as its trace record keeps them.
+impl From<&Limits> for RecordLimits {
+    fn from(limits: &Limits) -> Self {
+        RecordLimits {
+            max_results: limits.max_results as u64,
+            max_bytes: limits.max_bytes as u64,
+            time_limit_ms: limits.time_limit.as_millis() as u64,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -19,10 +19,10 @@
 //! Neither the lookup value nor the secret ever appears in an outcome, an error or a
 //! log line: failures carry only a status and a fixed detail.
 
+use super::PoolSettings;
 use super::bounds::{self, MAX_RESPONSE_BYTES};
 use super::endpoint::{self, Violation};
 use super::{LookupCall, Secret, secrets};
-use crate::config::PoolSettings;
 use crate::contract::{
     CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse, Source,
 };

@@ -10,9 +10,28 @@ pub mod http;
 pub mod secrets;
 pub mod sqlite;
 
-use crate::config::{EnvVars, ProviderBinding, ProviderKind};
 use std::fmt;
+use std::time::Duration;
 use tokio::time::Instant;
+
+/// Connection reuse of a binding's implementation: `max_idle_per_host` and
+/// `idle_timeout` apply to HTTP clients, `max_size` to SQLite connection pools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    pub(crate) max_idle_per_host: usize,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) max_size: usize,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_idle_per_host: 32,
+            idle_timeout: Duration::from_millis(90_000),
+            max_size: 4,
+        }
+    }
+}
 
 /// One lookup as a provider implementation sees it.
 #[derive(Debug, Clone, Copy)]
@@ -126,54 +145,6 @@ impl Implementation {
     pub(crate) fn close(&self) {
         if let Implementation::Sqlite(provider) = self {
             provider.close();
-        }
-    }
-}
-
-/// Why the implementation a binding names could not be built. Messages never include a
-/// secret.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum SetupError {
-    #[error("secret env var {0} is not set")]
-    SecretNotSet(String),
-    #[error(transparent)]
-    Http(#[from] http::HttpSetupError),
-    #[error(transparent)]
-    Sqlite(#[from] sqlite::SqliteSetupError),
-}
-
-impl Implementation {
-    /// Builds the implementation a binding names, as `serve` does at start-up: the HTTP
-    /// client with the secret read from `env`, or the SQLite file opened read-only with
-    /// its query prepared — so a broken binding stops start-up instead of failing turns.
-    pub(crate) async fn build(
-        binding: &ProviderBinding,
-        env: &EnvVars,
-    ) -> Result<Implementation, SetupError> {
-        match &binding.kind {
-            ProviderKind::Http {
-                endpoint,
-                secret_env,
-            } => {
-                let secret = match secret_env {
-                    Some(name) => Some(Secret::new(
-                        env.get(name)
-                            .ok_or_else(|| SetupError::SecretNotSet(name.clone()))?,
-                    )),
-                    None => None,
-                };
-                let provider = http::HttpProvider::new(
-                    endpoint.clone(),
-                    secret,
-                    &binding.pool,
-                    binding.timeout,
-                )?;
-                Ok(Implementation::Http(provider))
-            }
-            ProviderKind::Sqlite { database, query } => {
-                let provider = sqlite::SqliteProvider::open(database, query, &binding.pool).await?;
-                Ok(Implementation::Sqlite(provider))
-            }
         }
     }
 }

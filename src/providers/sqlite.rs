@@ -38,8 +38,8 @@
 //! the pool inside the current runtime, or inside a small temporary one when there is
 //! none, so neither can abort the process.
 
+use super::PoolSettings;
 use super::{LookupCall, bounds};
-use crate::config::PoolSettings;
 use crate::contract::{Currentness, Item, Source};
 use crate::outcome::{Failure, Outcome, detail};
 use deadpool_sqlite::{Config, Hook, HookError, Pool, PoolConfig, PoolError, Runtime};

@@ -40,7 +40,7 @@
 use super::DigestKey;
 use super::record::TurnTrace;
 use super::store::{HandleOperationRow, Queued, RowEncoder, StoreError, TraceStore, Written};
-use crate::handles::HandleOpRecord;
+use crate::trace::record::HandleOpRecord;
 use crossbeam_channel::{
     Receiver, RecvTimeoutError, Sender, TrySendError, bounded, select, unbounded,
 };

@@ -4,9 +4,9 @@
 use crate::provider_server::{
     Behaviour, OVERSIZE_BYTES, ProviderServer, RecordedRequest, RunningProvider,
 };
-use ctxd::config::PoolSettings;
 use ctxd::contract::{Currentness, Item, ProviderStatus, Source};
 use ctxd::outcome::Outcome;
+use ctxd::providers::PoolSettings;
 use ctxd::providers::http::{DescribeError, Described, HttpProvider, HttpSetupError};
 use ctxd::providers::{LookupCall, Secret};
 use serde_json::json;

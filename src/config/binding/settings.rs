@@ -2,11 +2,9 @@
 //! circuit, cache, retention): checked where they are written, then merged — the
 //! provider's own value, else the `[defaults]` value, else the built-in default.
 
-use super::{
-    CacheSettings, CircuitSettings, DEFAULT_RETENTION_TTL, DEFAULT_TIMEOUT_MS, PoolSettings,
-    Retention,
-};
+use super::{CacheSettings, CircuitSettings, DEFAULT_RETENTION_TTL, DEFAULT_TIMEOUT_MS, Retention};
 use crate::config::field_path;
+use crate::providers::PoolSettings;
 use crate::providers::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
 use crate::validation::Problems;
 use serde::Deserialize;

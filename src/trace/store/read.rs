@@ -6,12 +6,12 @@ use super::error::{StoreError, sqlite};
 use super::schema::{BUSY_TIMEOUT, STATEMENT_CACHE, require_current};
 use super::seal::RetentionCipher;
 use crate::contract::Item;
-use crate::handles::HandleOpRecord;
 use crate::trace::digest::DigestKey;
 use crate::trace::query::{
     self, HANDLE_OPERATIONS, HandleOperationsPage, MAX_HANDLE_OPERATIONS, MAX_LIMIT, SearchPage,
     SearchQuery, TENANTS, decode_cursor, encode_cursor,
 };
+use crate::trace::record::HandleOpRecord;
 use crate::trace::record::{StoredTurn, TurnRecord};
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use serde::Serialize;

@@ -3,8 +3,8 @@
 //! thread only runs SQL.
 
 use super::seal::RetentionCipher;
-use crate::handles::HandleOpRecord;
 use crate::trace::digest::DigestKey;
+use crate::trace::record::HandleOpRecord;
 use crate::trace::record::TurnTrace;
 use serde::Serialize;
 use std::fmt;
