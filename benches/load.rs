@@ -4,7 +4,7 @@
 //! cargo bench --bench load -- [--duration SECS] [--warmup SECS] [--concurrency N]
 //!     [--providers 1,4,8] [--overhead-providers N|none] [--rounds N] [--soak SECS]
 //!     [--soak-providers N] [--skip-load] [--workers N] [--client-threads N]
-//!     [--mock-threads N] [--out DIR]
+//!     [--mock-threads N] [--compare-ctxd PATH] [--out DIR]
 //! ```
 //!
 //! - **Mock providers**: one hand-written HTTP/1.1 `context-provider.v1` server per
@@ -19,6 +19,9 @@
 //! - **Driver**: a closed loop of `concurrency` tasks (`bench-client` threads, reqwest
 //!   with a keep-alive pool, HTTP/1.1) sending turns for `duration` after `warmup`;
 //!   every latency is recorded in µs.
+//! - **Interleaving**: the sides of a phase are measured in `--rounds` slices of
+//!   `duration / rounds`, each after its own warm-up, in order A B … then … B A, so
+//!   drift on the shared machine falls on every side alike.
 //! - **Raw baseline**: the same client and loop; each "turn" POSTs the same lookup
 //!   bodies (same bearer header) to the N mocks concurrently, reads and parses each
 //!   answer as `LookupResponse` — no gating, bounds or secret checks, rendering,
@@ -33,14 +36,24 @@
 //!   (client and mock threads by name) at the start and end of each measured window;
 //!   peak RSS from `VmHWM` after resetting it (`clear_refs` 5) at the window start, with
 //!   `VmRSS` sampled every 250 ms as a fallback.
+//! - **Compare** (`--compare-ctxd PATH`): another ctxd binary (a build of the previous
+//!   commit, say) as a third side of every closed-loop phase, interleaved with ctxd and
+//!   the baseline (A B C C B A …), started fresh per provider count with the same
+//!   deployment in its own temp dir and trace store. Its row is labelled `compare`, and
+//!   a line gives ctxd's CPU per turn ÷ compare's and the throughput ratio: this is how
+//!   a change to the turn path reports its before/after CPU per turn, since absolute
+//!   figures drift between runs and same-run ratios hold. Not in the half-saturation
+//!   phase or the soak.
 //! - **Soak** (`--soak SECS`): a fresh ctxd at `--soak-providers` (default 4), closed
 //!   loop for SECS, ctxd's `VmRSS` sampled every second. "Flat": the mean of the last
 //!   5 s, and every sample after the 10 s warm-up, within 5 % of the mean of the 5 s
 //!   right after it.
 //!
 //! Output: a table on standard output, `DIR/results.json` with every figure
-//! (`DIR/soak.json` with `--skip-load`), `DIR/latency.svg` (percentile curves, ctxd vs
-//! baseline per provider count) and, with a soak, `DIR/soak.svg`. The machine has 2 cores, shared by the client, the mocks and
+//! (`DIR/soak.json` with `--skip-load`; with `--compare-ctxd`, a `compare` object per
+//! provider count: the binary, its figures and both ratios), `DIR/latency.svg`
+//! (percentile curves, ctxd vs baseline, and compare, per provider count) and, with a
+//! soak, `DIR/soak.svg`. The machine has 2 cores, shared by the client, the mocks and
 //! ctxd: absolute figures drift, same-run ratios hold. See docs/PERFORMANCE.md.
 
 use ctxd::contract::{LookupRequest, LookupResponse};
@@ -96,6 +109,8 @@ struct Args {
     workers: Option<usize>,
     client_threads: usize,
     mock_threads: usize,
+    /// A second ctxd binary measured beside the bench's own (`--compare-ctxd`).
+    compare_ctxd: Option<PathBuf>,
     out: PathBuf,
 }
 
@@ -103,7 +118,8 @@ fn usage() -> ! {
     eprintln!(
         "usage: cargo bench --bench load -- [--duration SECS] [--warmup SECS] [--concurrency N] \
          [--providers 1,4,8] [--overhead-providers N|none] [--rounds N] [--soak SECS] [--soak-providers N] \
-         [--skip-load] [--workers N] [--client-threads N] [--mock-threads N] [--out DIR]"
+         [--skip-load] [--workers N] [--client-threads N] [--mock-threads N] [--compare-ctxd PATH] \
+         [--out DIR]"
     );
     std::process::exit(2)
 }
@@ -122,6 +138,7 @@ fn parse_args() -> Args {
         workers: None,
         client_threads: 2,
         mock_threads: 2,
+        compare_ctxd: None,
         out: target_dir().join("bench/load"),
     };
     let mut it = std::env::args().skip(1);
@@ -164,6 +181,14 @@ fn parse_args() -> Args {
             "--workers" => args.workers = Some(number(it.next())),
             "--client-threads" => args.client_threads = number(it.next()),
             "--mock-threads" => args.mock_threads = number(it.next()),
+            "--compare-ctxd" => {
+                let path = PathBuf::from(it.next().unwrap_or_else(|| usage()));
+                if !path.is_file() {
+                    eprintln!("--compare-ctxd: {} is not a file", path.display());
+                    usage()
+                }
+                args.compare_ctxd = Some(path)
+            }
             "--out" => args.out = PathBuf::from(it.next().unwrap_or_else(|| usage())),
             "-h" | "--help" => usage(),
             other => {
@@ -351,14 +376,40 @@ fn config_toml() -> String {
     )
 }
 
+/// A ctxd build that serves turns in the bench: its own, or the `--compare-ctxd` one.
+struct CtxdBinary {
+    /// The side's name in the table and the JSON: `ctxd` or `compare`.
+    label: &'static str,
+    path: PathBuf,
+}
+
+impl CtxdBinary {
+    /// The release binary `cargo bench` built from this tree.
+    fn bench() -> CtxdBinary {
+        CtxdBinary {
+            label: "ctxd",
+            path: PathBuf::from(env!("CARGO_BIN_EXE_ctxd")),
+        }
+    }
+
+    fn compare(path: PathBuf) -> CtxdBinary {
+        CtxdBinary {
+            label: "compare",
+            path,
+        }
+    }
+}
+
 struct CtxdProcess {
+    label: &'static str,
     child: Child,
     base: String,
     dir: tempfile::TempDir,
 }
 
 impl CtxdProcess {
-    fn start(mocks: &[SocketAddr], workers: Option<usize>) -> CtxdProcess {
+    /// Every binary gets the same deployment, each in its own temp dir (and trace store).
+    fn start(binary: &CtxdBinary, mocks: &[SocketAddr], workers: Option<usize>) -> CtxdProcess {
         let bench_dir = target_dir().join("bench");
         std::fs::create_dir_all(&bench_dir).unwrap();
         let dir = tempfile::tempdir_in(&bench_dir).unwrap();
@@ -367,7 +418,7 @@ impl CtxdProcess {
         let config = dir.path().join("ctxd.toml");
         std::fs::write(&config, config_toml()).unwrap();
         let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_ctxd"));
+        let mut command = Command::new(&binary.path);
         command
             .current_dir(dir.path())
             .args(["serve", "--config", config.to_str().unwrap()])
@@ -382,7 +433,9 @@ impl CtxdProcess {
         if let Some(workers) = workers {
             command.args(["--workers", &workers.to_string()]);
         }
-        let mut child = command.spawn().expect("ctxd starts");
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} ({}) starts: {e}", binary.label, binary.path.display()));
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -393,15 +446,21 @@ impl CtxdProcess {
                 }
             }
         });
-        eprintln!("ctxd pid {} ({} providers)", child.id(), mocks.len());
+        eprintln!(
+            "{} pid {} ({} providers)",
+            binary.label,
+            child.id(),
+            mocks.len()
+        );
         let mut process = CtxdProcess {
+            label: binary.label,
             child,
             base: String::new(),
             dir,
         };
         match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(base) => process.base = base,
-            Err(_) => process.fail("ctxd did not print its address within 60 s"),
+            Err(_) => process.fail("did not print its address within 60 s"),
         }
         process
     }
@@ -424,7 +483,11 @@ impl CtxdProcess {
         let logs = self.logs();
         let tail: Vec<&str> = logs.lines().rev().take(30).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
-        panic!("{why}; ctxd's last log lines:\n{}", tail.join("\n"));
+        let label = self.label;
+        panic!(
+            "{label} {why}; {label}'s last log lines:\n{}",
+            tail.join("\n")
+        );
     }
 
     /// Until `/readyz` answers 200 (every provider probed once).
@@ -443,7 +506,7 @@ impl CtxdProcess {
             false
         });
         if !ready {
-            self.fail("ctxd was not ready within 30 s");
+            self.fail("was not ready within 30 s");
         }
     }
 
@@ -463,7 +526,7 @@ impl CtxdProcess {
                 _ => {
                     let _ = self.child.kill();
                     let _ = self.child.wait();
-                    eprintln!("ctxd did not exit within 60 s of SIGTERM; killed");
+                    eprintln!("{} did not exit within 60 s of SIGTERM; killed", self.label);
                     return None;
                 }
             }
@@ -483,6 +546,73 @@ impl Drop for CtxdProcess {
     }
 }
 
+/// A ready ctxd and the target that drives it.
+struct ServedCtxd {
+    process: CtxdProcess,
+    target: Arc<Target>,
+    /// Shared with the target: the turns answered `200`, warm-up included.
+    answered: Arc<AtomicU64>,
+}
+
+impl ServedCtxd {
+    /// Starts `binary` against `mocks` and waits for `/readyz` (polled with
+    /// `ready_client`); `client` sends the turns.
+    fn start(
+        binary: &CtxdBinary,
+        mocks: &[SocketAddr],
+        workers: Option<usize>,
+        runtime: &Runtime,
+        ready_client: &reqwest::Client,
+        client: reqwest::Client,
+    ) -> ServedCtxd {
+        let mut process = CtxdProcess::start(binary, mocks, workers);
+        process.wait_ready(runtime, ready_client);
+        let answered = Arc::new(AtomicU64::new(0));
+        let target = Arc::new(Target {
+            client,
+            side: Side::Ctxd {
+                label: binary.label,
+                pid: process.pid(),
+                base: process.base.clone(),
+                url: process.url("/v1/turns"),
+                providers: mocks.len(),
+                answered: Arc::clone(&answered),
+            },
+        });
+        ServedCtxd {
+            process,
+            target,
+            answered,
+        }
+    }
+
+    /// Stops ctxd and counts what its trace store holds against what it answered.
+    fn stop(self) -> TraceCheck {
+        TraceCheck {
+            stored: self.process.stop(),
+            answered: self.answered.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Every turn a ctxd answered must be in its trace store after the ordered shutdown.
+struct TraceCheck {
+    /// `200` answers, warm-up included.
+    answered: u64,
+    /// Turns in the trace store; `None` when it could not be read.
+    stored: Option<u64>,
+}
+
+impl TraceCheck {
+    fn describe(&self) -> String {
+        format!(
+            "{} turns answered (warm-up included), {} in the trace store",
+            self.answered,
+            self.stored.map_or("?".to_owned(), |t| t.to_string())
+        )
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // What one "turn" is, on each side.
 
@@ -498,6 +628,12 @@ fn client(pool: usize) -> reqwest::Client {
 
 enum Side {
     Ctxd {
+        /// `ctxd`, or `compare` for the `--compare-ctxd` binary.
+        label: &'static str,
+        /// Whose CPU and RSS the phase measures.
+        pid: u32,
+        /// Where its `/metrics` are scraped.
+        base: String,
         url: String,
         providers: usize,
         /// `200` answers, warm-up included: each must have its trace in the store.
@@ -516,8 +652,16 @@ struct Target {
 impl Target {
     fn name(&self) -> &'static str {
         match self.side {
-            Side::Ctxd { .. } => "ctxd",
+            Side::Ctxd { label, .. } => label,
             Side::Raw { .. } => "baseline",
+        }
+    }
+
+    /// The ctxd process serving this side's turns: `(pid, base URL)`.
+    fn process(&self) -> Option<(u32, &str)> {
+        match &self.side {
+            Side::Ctxd { pid, base, .. } => Some((*pid, base)),
+            Side::Raw { .. } => None,
         }
     }
 
@@ -525,9 +669,11 @@ impl Target {
         let value = format!("CUST-{:04}", i % CUSTOMERS);
         match &self.side {
             Side::Ctxd {
+                label,
                 url,
                 providers,
                 answered,
+                ..
             } => {
                 let body = json!({"project": "load", "objective": "support",
                                   "consumer": "load-bench", "inputs": {"customerId": value}});
@@ -538,16 +684,19 @@ impl Target {
                     .json(&body)
                     .send()
                     .await
-                    .map_err(|e| format!("ctxd: {e}"))?;
+                    .map_err(|e| format!("{label}: {e}"))?;
                 let status = response.status().as_u16();
-                let bytes = response.bytes().await.map_err(|e| format!("ctxd: {e}"))?;
+                let bytes = response
+                    .bytes()
+                    .await
+                    .map_err(|e| format!("{label}: {e}"))?;
                 if status != 200 {
                     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(300)]);
-                    return Err(format!("ctxd answered {status}: {text}"));
+                    return Err(format!("{label} answered {status}: {text}"));
                 }
                 answered.fetch_add(1, Ordering::Relaxed);
-                let body: Value =
-                    serde_json::from_slice(&bytes).map_err(|e| format!("ctxd: bad JSON: {e}"))?;
+                let body: Value = serde_json::from_slice(&bytes)
+                    .map_err(|e| format!("{label}: bad JSON: {e}"))?;
                 let entries = body["providers"].as_array().map_or(&[][..], Vec::as_slice);
                 let ok = entries.iter().filter(|p| p["status"] == "OK").count();
                 if ok != *providers {
@@ -1054,8 +1203,10 @@ struct Phase {
     recorded: Recorded,
     cpu: CpuSeconds,
     /// Peak RSS (KiB) over the measured window of the process doing the work: ctxd for
-    /// ctxd, the bench process (client and mocks) for the baseline.
+    /// a ctxd side, the bench process (client and mocks) for the baseline.
     peak_rss_kib: u64,
+    /// Which process `peak_rss_kib` is.
+    peak_rss_process: &'static str,
     /// Peak RSS of the bench process (client and mocks), for both sides.
     bench_peak_rss_kib: u64,
     peak_source: &'static str,
@@ -1206,7 +1357,7 @@ impl Phase {
                 "total": self.per_1000(self.cpu_total()),
             },
             "peak_rss_kib": self.peak_rss_kib,
-            "peak_rss_process": if self.side == "ctxd" { "ctxd" } else { "bench (client + mocks)" },
+            "peak_rss_process": self.peak_rss_process,
             "bench_process_peak_rss_kib": self.bench_peak_rss_kib,
             "peak_rss_source": self.peak_source,
             "metrics": self.metrics.as_ref().map(|m| m.iter().map(|(name, h)| ((*name).to_owned(), h.json())).collect::<serde_json::Map<String, Value>>()),
@@ -1244,77 +1395,68 @@ struct Machine {
     ticks: f64,
 }
 
-/// What [`Machine::pair`] needs besides the targets.
-struct PairSettings<'a> {
+/// What [`Machine::interleave`] needs besides the targets.
+struct PhaseSettings<'a> {
     providers: usize,
     load: Load,
     warmup: Duration,
     duration: Duration,
     rounds: usize,
-    ctxd: &'a CtxdProcess,
     metrics_client: &'a reqwest::Client,
 }
 
+/// The order of the sides in slice round `round`: forward in even rounds, backward in
+/// odd ones (A B C, then C B A), so over each pair of rounds every side's slices sit at
+/// the same mean time and a steady drift of the machine falls on all sides alike.
+fn slice_order(sides: usize, round: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..sides).collect();
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
 impl Machine {
-    /// ctxd and the baseline under the same load, interleaved A B B A … in `rounds`
-    /// slices of `duration / rounds` (each after its own warm-up), so drift on the shared
-    /// machine falls on both sides alike; the slices of each side are folded together.
-    fn pair(
+    /// Every side under the same load, interleaved A B … B A in `rounds` slices of
+    /// `duration / rounds` (each after its own warm-up), so drift on the shared machine
+    /// falls on every side alike; the slices of each side are folded together. One phase
+    /// per target, in the targets' order.
+    fn interleave(
         &self,
         runtime: &Runtime,
-        ctxd: &Arc<Target>,
-        raw: &Arc<Target>,
-        settings: &PairSettings<'_>,
-    ) -> (Phase, Phase) {
+        targets: &[&Arc<Target>],
+        settings: &PhaseSettings<'_>,
+    ) -> Vec<Phase> {
         let slice = settings.duration / settings.rounds as u32;
-        let (mut ctxd_phase, mut raw_phase): (Option<Phase>, Option<Phase>) = (None, None);
+        let mut folded: Vec<Option<Phase>> = targets.iter().map(|_| None).collect();
         for round in 0..settings.rounds {
-            let order = if round % 2 == 0 {
-                [true, false]
-            } else {
-                [false, true]
-            };
-            for is_ctxd in order {
-                let phase = self.phase(
-                    runtime,
-                    Arc::clone(if is_ctxd { ctxd } else { raw }),
-                    settings.providers,
-                    settings.load,
-                    settings.warmup,
-                    slice,
-                    is_ctxd.then_some(settings.ctxd),
-                    settings.metrics_client,
-                );
-                let folded = if is_ctxd {
-                    &mut ctxd_phase
-                } else {
-                    &mut raw_phase
-                };
-                match folded {
+            for index in slice_order(targets.len(), round) {
+                let phase = self.phase(runtime, Arc::clone(targets[index]), settings, slice);
+                match &mut folded[index] {
                     Some(existing) => existing.absorb(phase),
-                    None => *folded = Some(phase),
+                    empty => *empty = Some(phase),
                 }
             }
         }
-        (ctxd_phase.unwrap(), raw_phase.unwrap())
+        folded.into_iter().map(Option::unwrap).collect()
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn phase(
         &self,
         runtime: &Runtime,
         target: Arc<Target>,
-        providers: usize,
-        load: Load,
-        warmup: Duration,
+        settings: &PhaseSettings<'_>,
         duration: Duration,
-        ctxd: Option<&CtxdProcess>,
-        metrics_client: &reqwest::Client,
     ) -> Phase {
+        let (providers, load, metrics_client) =
+            (settings.providers, settings.load, settings.metrics_client);
         let start = Instant::now() + Duration::from_millis(20);
-        let t0 = start + warmup;
+        let t0 = start + settings.warmup;
         let t1 = t0 + duration;
         let side = target.name();
+        let (ctxd_pid, ctxd_base) = target.process().map_or((None, None), |(pid, base)| {
+            (Some(pid), Some(base.to_owned()))
+        });
         let driver = match load {
             Load::Closed(concurrency) => runtime.spawn(async move {
                 tokio::time::sleep_until(start).await;
@@ -1322,14 +1464,18 @@ impl Machine {
             }),
             Load::Open(rate) => runtime.spawn(open_loop(target, rate, start, t0, t1)),
         };
-        let pid = ctxd.map(|c| c.pid().to_string());
+        let pid = ctxd_pid.map(|pid| pid.to_string());
         let sleep_until = |when: Instant| {
             std::thread::sleep(when.saturating_duration_since(Instant::now()));
         };
         sleep_until(t0);
-        let metrics_before = ctxd.and_then(|c| scrape(runtime, metrics_client, &c.base));
+        let scrape_metrics = || {
+            let base = ctxd_base.as_deref()?;
+            scrape(runtime, metrics_client, base)
+        };
+        let metrics_before = scrape_metrics();
         let reset = pid.as_deref().is_none_or(reset_peak) & reset_peak("self");
-        let before = cpu_snapshot(ctxd.map(CtxdProcess::pid));
+        let before = cpu_snapshot(ctxd_pid);
         let (mut sampled_peak, mut sampled_bench_peak) = (0, 0);
         while Instant::now() < t1 {
             if let Some(pid) = &pid {
@@ -1340,10 +1486,10 @@ impl Machine {
                 Duration::from_millis(250).min(t1.saturating_duration_since(Instant::now())),
             );
         }
-        let after = cpu_snapshot(ctxd.map(CtxdProcess::pid));
+        let after = cpu_snapshot(ctxd_pid);
         let (_, ctxd_hwm) = pid.as_deref().map_or((0, 0), memory_kib);
         let (_, bench_hwm) = memory_kib("self");
-        let metrics_after = ctxd.and_then(|c| scrape(runtime, metrics_client, &c.base));
+        let metrics_after = scrape_metrics();
         let mut recorded = runtime.block_on(driver).expect("the driver does not panic");
         let mut sorted_us = std::mem::take(&mut recorded.latencies_us);
         sorted_us.sort_unstable();
@@ -1373,10 +1519,11 @@ impl Machine {
             rounds: 1,
             recorded,
             cpu,
-            peak_rss_kib: if side == "ctxd" {
-                ctxd_peak
+            peak_rss_kib: if pid.is_some() { ctxd_peak } else { bench_peak },
+            peak_rss_process: if pid.is_some() {
+                side
             } else {
-                bench_peak
+                "bench (client + mocks)"
             },
             bench_peak_rss_kib: bench_peak,
             peak_source: if reset {
@@ -1500,21 +1647,24 @@ fn soak(
     workers: Option<usize>,
 ) -> Soak {
     let client = client(concurrency * 2);
-    let mut ctxd = CtxdProcess::start(&mocks[..providers], workers);
-    ctxd.wait_ready(runtime, &client);
-    let answered = Arc::new(AtomicU64::new(0));
-    let target = Arc::new(Target {
-        client,
-        side: Side::Ctxd {
-            url: ctxd.url("/v1/turns"),
-            providers,
-            answered: Arc::clone(&answered),
-        },
-    });
+    let ctxd = ServedCtxd::start(
+        &CtxdBinary::bench(),
+        &mocks[..providers],
+        workers,
+        runtime,
+        &client,
+        client.clone(),
+    );
+    let answered = Arc::clone(&ctxd.answered);
     let start = Instant::now();
     let end = start + seconds;
-    let driver = runtime.spawn(closed_loop(target, concurrency, start, end));
-    let pid = ctxd.pid().to_string();
+    let driver = runtime.spawn(closed_loop(
+        Arc::clone(&ctxd.target),
+        concurrency,
+        start,
+        end,
+    ));
+    let pid = ctxd.process.pid().to_string();
     let mut samples = Vec::new();
     let mut last = 0;
     let mut next = start + Duration::from_secs(1);
@@ -1526,7 +1676,7 @@ fn soak(
         next += Duration::from_secs(1);
     }
     let recorded = runtime.block_on(driver).unwrap();
-    let store = ctxd.dir.path().join("data");
+    let store = ctxd.process.dir.path().join("data");
     let trace_store_files: BTreeMap<String, u64> = std::fs::read_dir(&store)
         .map(|entries| {
             entries
@@ -1538,10 +1688,12 @@ fn soak(
                 .collect()
         })
         .unwrap_or_default();
-    let stored = ctxd.stop();
-    let answered = answered.load(Ordering::Relaxed);
-    if stored != Some(answered) {
-        eprintln!("soak: {answered} turns answered, {stored:?} traces stored");
+    let traces = ctxd.stop();
+    if traces.stored != Some(traces.answered) {
+        eprintln!(
+            "soak: {} turns answered, {:?} traces stored",
+            traces.answered, traces.stored
+        );
     }
     Soak {
         providers,
@@ -1558,6 +1710,7 @@ fn soak(
 
 const COLOR_CTXD: &str = "#1f5fbf";
 const COLOR_BASE: &str = "#d9731a";
+const COLOR_COMPARE: &str = "#2e8b3e";
 
 fn xml(text: &str) -> String {
     text.replace('&', "&amp;")
@@ -1615,6 +1768,42 @@ struct Panel<'a> {
     subtitle: String,
     ctxd: &'a Phase,
     baseline: &'a Phase,
+    compare: Option<&'a Phase>,
+}
+
+/// One percentile curve of a panel.
+struct Curve<'a> {
+    phase: &'a Phase,
+    color: &'static str,
+    dash: &'static str,
+    name: &'static str,
+}
+
+impl<'a> Panel<'a> {
+    /// In legend order; drawn in reverse, so that ctxd's curve lies on top.
+    fn curves(&self) -> Vec<Curve<'a>> {
+        let mut curves = vec![
+            Curve {
+                phase: self.ctxd,
+                color: COLOR_CTXD,
+                dash: "none",
+                name: "ctxd",
+            },
+            Curve {
+                phase: self.baseline,
+                color: COLOR_BASE,
+                dash: "7 4",
+                name: "raw baseline",
+            },
+        ];
+        curves.extend(self.compare.map(|phase| Curve {
+            phase,
+            color: COLOR_COMPARE,
+            dash: "2 3",
+            name: "compare",
+        }));
+        curves
+    }
 }
 
 fn chart(panels: &[Panel<'_>], title: &str, note: &str) -> String {
@@ -1647,21 +1836,20 @@ fn chart(panels: &[Panel<'_>], title: &str, note: &str) -> String {
         xml(note)
     );
     // One shared y range for every panel, so they compare at a glance.
-    let all = panels.iter().flat_map(|p| [p.ctxd, p.baseline]);
+    let all: Vec<&Phase> = panels
+        .iter()
+        .flat_map(Panel::curves)
+        .map(|curve| curve.phase)
+        .collect();
     // From the lowest 1st percentile (the minimum is noise) to the highest maximum,
     // widened to the nearest 1-2-5 values; samples below the range sit on its floor.
     let lo = all
-        .clone()
+        .iter()
         .map(|p| p.percentile_ms(0.01).max(0.01))
         .fold(f64::INFINITY, f64::min);
-    let hi = all.map(|p| p.max_ms()).fold(0.0, f64::max);
+    let hi = all.iter().map(|p| p.max_ms()).fold(0.0, f64::max);
     let (lo, hi) = (nice_below(lo), nice_above(hi));
-    let x_max = panels
-        .iter()
-        .flat_map(|p| [p.ctxd.turns(), p.baseline.turns()])
-        .max()
-        .unwrap_or(10)
-        .max(10) as f64;
+    let x_max = all.iter().map(|p| p.turns()).max().unwrap_or(10).max(10) as f64;
     let x_max = x_max.log10();
     for (index, panel) in panels.iter().enumerate() {
         let ox = 10.0 + W * (index % columns) as f64;
@@ -1746,10 +1934,10 @@ fn chart(panels: &[Panel<'_>], title: &str, note: &str) -> String {
             py + ph / 2.0
         );
         // Curves.
-        for (phase, color, dash) in [
-            (panel.baseline, COLOR_BASE, "7 4"),
-            (panel.ctxd, COLOR_CTXD, "none"),
-        ] {
+        for Curve {
+            phase, color, dash, ..
+        } in panel.curves().into_iter().rev()
+        {
             let n = phase.turns() as f64;
             let points: Vec<String> = curve(&phase.sorted_us)
                 .iter()
@@ -1771,12 +1959,15 @@ fn chart(panels: &[Panel<'_>], title: &str, note: &str) -> String {
         // Legend under the axis title, clear of the curves.
         let lx = px;
         let ly = py + ph + 50.0;
-        for (row, (phase, color, dash, name)) in [
-            (panel.ctxd, COLOR_CTXD, "none", "ctxd"),
-            (panel.baseline, COLOR_BASE, "7 4", "raw baseline"),
-        ]
-        .into_iter()
-        .enumerate()
+        for (
+            row,
+            Curve {
+                phase,
+                color,
+                dash,
+                name,
+            },
+        ) in panel.curves().into_iter().enumerate()
         {
             let y = ly + 6.0 + row as f64 * 19.0;
             let _ = writeln!(
@@ -1907,8 +2098,59 @@ struct Run {
     providers: usize,
     ctxd: Phase,
     baseline: Phase,
-    traces: Option<u64>,
-    answered: u64,
+    traces: TraceCheck,
+    /// The `--compare-ctxd` binary's side, when one was given.
+    compare: Option<Compared>,
+}
+
+/// The `--compare-ctxd` binary at one provider count, interleaved with ctxd.
+struct Compared {
+    phase: Phase,
+    traces: TraceCheck,
+}
+
+impl Compared {
+    fn json(&self, ctxd: &Phase, binary: &Path) -> Value {
+        let versus = Versus::of(ctxd, &self.phase);
+        json!({
+            "binary": binary,
+            "figures": self.phase.json(),
+            "ctxd_cpu_per_turn_ratio": versus.ctxd_cpu_per_turn,
+            "total_cpu_per_turn_ratio": versus.total_cpu_per_turn,
+            "throughput_ratio": versus.throughput,
+            "turns_answered_incl_warmup": self.traces.answered,
+            "turns_in_trace_store": self.traces.stored,
+        })
+    }
+}
+
+/// ctxd against the `--compare-ctxd` binary, measured side by side: the before/after
+/// figures of a change, which hold where absolute figures drift between runs.
+struct Versus {
+    /// ctxd's own CPU per turn ÷ the compare binary's: below 1, ctxd costs less.
+    ctxd_cpu_per_turn: f64,
+    /// The same with the client and the mocks: the whole machine's cost of a turn.
+    total_cpu_per_turn: f64,
+    /// ctxd's turns/s ÷ the compare binary's.
+    throughput: f64,
+}
+
+impl Versus {
+    fn of(ctxd: &Phase, compare: &Phase) -> Versus {
+        Versus {
+            ctxd_cpu_per_turn: ctxd.per_1000(ctxd.cpu.ctxd) / compare.per_1000(compare.cpu.ctxd),
+            total_cpu_per_turn: ctxd.per_1000(ctxd.cpu_total())
+                / compare.per_1000(compare.cpu_total()),
+            throughput: ctxd.throughput() / compare.throughput(),
+        }
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "  ctxd ÷ compare: CPU per turn {:.3} (ctxd process), {:.3} (ctxd + client + mocks); throughput {:.3}",
+            self.ctxd_cpu_per_turn, self.total_cpu_per_turn, self.throughput
+        )
+    }
 }
 
 struct Overhead {
@@ -2000,53 +2242,69 @@ fn main() {
         args.warmup.as_secs_f64(),
         args.duration.as_secs_f64()
     );
+    let compare_binary = args.compare_ctxd.clone().map(CtxdBinary::compare);
+    if let Some(binary) = &compare_binary {
+        println!(
+            "compare: {} (same deployment, interleaved with ctxd and the baseline in every closed-loop phase)",
+            binary.path.display()
+        );
+    }
 
     let mut runs: Vec<Run> = Vec::new();
     let mut overhead: Option<Overhead> = None;
     if !args.skip_load {
         for &providers in &args.providers {
             assert!(providers <= addresses.len());
-            let mut ctxd = CtxdProcess::start(&addresses[..providers], args.workers);
-            ctxd.wait_ready(&client_runtime, &side_client);
-            let answered = Arc::new(AtomicU64::new(0));
-            let ctxd_target = Arc::new(Target {
-                client: client(pool),
-                side: Side::Ctxd {
-                    url: ctxd.url("/v1/turns"),
-                    providers,
-                    answered: Arc::clone(&answered),
-                },
-            });
+            let mocks = &addresses[..providers];
+            let serve = |binary: &CtxdBinary| {
+                ServedCtxd::start(
+                    binary,
+                    mocks,
+                    args.workers,
+                    &client_runtime,
+                    &side_client,
+                    client(pool),
+                )
+            };
+            let ctxd = serve(&CtxdBinary::bench());
+            let compare = compare_binary.as_ref().map(serve);
             let raw_target = Arc::new(Target {
                 client: client(pool),
                 side: Side::Raw {
-                    urls: addresses[..providers]
+                    urls: mocks
                         .iter()
                         .map(|a| format!("http://{a}/context"))
                         .collect(),
                 },
             });
-            let mut settings = PairSettings {
+            let mut settings = PhaseSettings {
                 providers,
                 load: Load::Closed(args.concurrency),
                 warmup: args.warmup,
                 duration: args.duration,
                 rounds: args.rounds,
-                ctxd: &ctxd,
                 metrics_client: &side_client,
             };
-            let (ctxd_phase, baseline_phase) =
-                machine.pair(&client_runtime, &ctxd_target, &raw_target, &settings);
+            let mut targets = vec![&ctxd.target, &raw_target];
+            targets.extend(compare.as_ref().map(|c| &c.target));
+            let mut phases = machine
+                .interleave(&client_runtime, &targets, &settings)
+                .into_iter();
+            let (ctxd_phase, baseline_phase) = (phases.next().unwrap(), phases.next().unwrap());
+            let compare_phase = phases.next();
             println!("\n{HEADER}");
             println!("{}", fmt_row(&ctxd_phase, None));
-            println!(
-                "{}",
-                fmt_row(
-                    &baseline_phase,
-                    Some(ctxd_phase.throughput() / baseline_phase.throughput())
-                )
-            );
-            for phase in [&ctxd_phase, &baseline_phase] {
+            for other in std::iter::once(&baseline_phase).chain(&compare_phase) {
+                let ratio = ctxd_phase.throughput() / other.throughput();
+                println!("{}", fmt_row(other, Some(ratio)));
+            }
+            if let Some(compare_phase) = &compare_phase {
+                println!("{}", Versus::of(&ctxd_phase, compare_phase).line());
+            }
+            for phase in [&ctxd_phase, &baseline_phase]
+                .into_iter()
+                .chain(&compare_phase)
+            {
                 warn_foreign(phase);
                 if let Some(error) = &phase.recorded.first_error {
                     println!(
@@ -2055,11 +2313,19 @@ fn main() {
                     );
                 }
             }
+            // The compare binary stops here: the half-saturation phase runs as without it.
+            let compare = compare.zip(compare_phase).map(|(served, phase)| {
+                let traces = served.stop();
+                println!("  compare traces: {}", traces.describe());
+                Compared { phase, traces }
+            });
             if args.overhead_providers == Some(providers) {
                 let rate = (ctxd_phase.throughput() / 2.0).max(1.0);
                 settings.load = Load::Open(rate);
-                let (ctxd_open, baseline_open) =
-                    machine.pair(&client_runtime, &ctxd_target, &raw_target, &settings);
+                let mut phases = machine
+                    .interleave(&client_runtime, &[&ctxd.target, &raw_target], &settings)
+                    .into_iter();
+                let (ctxd_open, baseline_open) = (phases.next().unwrap(), phases.next().unwrap());
                 println!("  half saturation, open loop at {rate:.0} turns/s:");
                 println!("{}", fmt_row(&ctxd_open, None));
                 println!("{}", fmt_row(&baseline_open, None));
@@ -2083,17 +2349,13 @@ fn main() {
                 });
             }
             let traces = ctxd.stop();
-            let answered = answered.load(Ordering::Relaxed);
-            println!(
-                "  traces: {answered} turns answered (warm-up included), {} in the trace store",
-                traces.map_or("?".to_owned(), |t| t.to_string())
-            );
+            println!("  traces: {}", traces.describe());
             runs.push(Run {
                 providers,
                 ctxd: ctxd_phase,
                 baseline: baseline_phase,
                 traces,
-                answered,
+                compare,
             });
         }
     }
@@ -2169,7 +2431,11 @@ fn main() {
             "concurrency": args.concurrency,
             "warmup_seconds": args.warmup.as_secs_f64(),
             "rounds": args.rounds,
-            "order": "interleaved A B B A ...: ctxd and baseline alternate in slices of duration / rounds, each slice after its own warm-up",
+            "order": if args.compare_ctxd.is_some() {
+                "interleaved A B C C B A ...: ctxd, baseline and compare alternate in slices of duration / rounds, each slice after its own warm-up; the half-saturation phase is ctxd and baseline only"
+            } else {
+                "interleaved A B B A ...: ctxd and baseline alternate in slices of duration / rounds, each slice after its own warm-up"
+            },
             "duration_seconds": args.duration.as_secs_f64(),
             "providers": args.providers,
             "ctxd_workers": args.workers,
@@ -2179,17 +2445,23 @@ fn main() {
             "binding": "http providers, secret_env set, max_concurrency 1024, pool.max_idle_per_host 256, other settings default (timeout 1000 ms, retention digest)",
             "trace": "on, default writer (queue 8192, batches of 256 / 50 ms), SQLite store under target/bench",
         },
-        "runs": runs.iter().map(|r| json!({
-            "providers_per_turn": r.providers,
-            "ctxd": r.ctxd.json(),
-            "baseline": r.baseline.json(),
-            "throughput_ratio": r.ctxd.throughput() / r.baseline.throughput(),
-            "p50_ratio": r.ctxd.percentile_ms(0.5) / r.baseline.percentile_ms(0.5),
-            "p99_ratio": r.ctxd.percentile_ms(0.99) / r.baseline.percentile_ms(0.99),
-            "cpu_per_turn_ratio": r.ctxd.per_1000(r.ctxd.cpu_total()) / r.baseline.per_1000(r.baseline.cpu_total()),
-            "turns_answered_incl_warmup": r.answered,
-            "turns_in_trace_store": r.traces,
-        })).collect::<Vec<_>>(),
+        "runs": runs.iter().map(|r| {
+            let mut run = json!({
+                "providers_per_turn": r.providers,
+                "ctxd": r.ctxd.json(),
+                "baseline": r.baseline.json(),
+                "throughput_ratio": r.ctxd.throughput() / r.baseline.throughput(),
+                "p50_ratio": r.ctxd.percentile_ms(0.5) / r.baseline.percentile_ms(0.5),
+                "p99_ratio": r.ctxd.percentile_ms(0.99) / r.baseline.percentile_ms(0.99),
+                "cpu_per_turn_ratio": r.ctxd.per_1000(r.ctxd.cpu_total()) / r.baseline.per_1000(r.baseline.cpu_total()),
+                "turns_answered_incl_warmup": r.traces.answered,
+                "turns_in_trace_store": r.traces.stored,
+            });
+            if let (Some(compared), Some(binary)) = (&r.compare, &args.compare_ctxd) {
+                run["compare"] = compared.json(&r.ctxd, binary);
+            }
+            run
+        }).collect::<Vec<_>>(),
         "half_saturation": overhead.as_ref().map(|o| json!({
             "providers_per_turn": o.providers,
             "rate_per_second": o.rate,
@@ -2234,6 +2506,7 @@ fn main() {
                 ),
                 ctxd: &r.ctxd,
                 baseline: &r.baseline,
+                compare: r.compare.as_ref().map(|c| &c.phase),
             })
             .collect();
         if let Some(o) = &overhead {
@@ -2245,11 +2518,17 @@ fn main() {
                 ),
                 ctxd: &o.ctxd,
                 baseline: &o.baseline,
+                compare: None,
             });
         }
+        let title = if compare_binary.is_some() {
+            "ctxd vs compare vs raw baseline: turn latency distribution"
+        } else {
+            "ctxd vs raw baseline: turn latency distribution"
+        };
         let svg = chart(
             &panels,
-            "ctxd vs raw baseline: turn latency distribution",
+            title,
             &format!(
                 "{cpus} CPUs shared by client, mock providers and ctxd; {} s measured per curve ({} interleaved slices, each after {} s warm-up); traces on",
                 args.duration.as_secs_f64(),
