@@ -8,22 +8,30 @@
 //!
 //! # Layout
 //!
-//! - [`contract`] — wire types: statuses, items, `context-provider.v1` messages.
+//! See docs/ARCHITECTURE.md for the data flow of a turn and which thread runs each step.
+//!
+//! - [`contract`] — wire vocabulary: statuses, items, `context-provider.v1` messages, the
+//!   turn API's bodies (the kernel reports in these types).
 //! - [`project`] — Context Projects: model, refusals, validation, Build.
-//! - [`config`] — server config, tenants and Deployment Bindings.
-//! - [`deployment`] — every tenant's Projects and Bindings resolved together, with every problem.
+//! - [`config`] — server config, tenants and Deployment Bindings: parse, then validate.
+//! - [`deployment`] — every tenant's Projects and Bindings resolved together, every problem
+//!   with its severity; building a binding's implementation.
 //! - [`validation`] — a problem at a path, the collector of every problem, the id grammar.
 //! - [`gate`] — the per-layer invocation decision (pure).
+//! - [`outcome`] — what an invocation produced: items, no record, or a typed failure.
 //! - [`kernel`] — from outcomes to layer statuses, blocking, budget and rendered text (pure).
-//! - [`handles`] — material too large for a budget, behind opaque handles with bounded operations.
-//! - [`providers`] — HTTP and SQLite providers, answer bounds and secret scanning.
+//! - [`turn`] — the one turn pipeline (plan, call a source, assemble, capture, respond) and
+//!   replay.
+//! - [`providers`] — HTTP and SQLite providers, the endpoint rule, answer bounds, secrets.
 //! - [`fixtures`] — Context Tests and Preview from fixtures.
+//! - [`handles`] — material too large for a budget, behind opaque handles with bounded
+//!   operations.
 //! - [`digest`] — canonical JSON and SHA-256 digests.
-//! - [`trace`] — keyed digests and locators for provenance.
+//! - [`trace`] — the provenance record model, keyed digests, the trace store and writer.
 //! - [`actors`] — provider actors, per-worker coordinators, start and ordered shutdown.
-//! - [`api`] — the HTTP API: routes, authentication, error mapping.
+//! - [`api`] — the HTTP API: routes, the tenant extractor, error mapping.
 //! - [`resilience`] — the circuit breaker.
-//! - [`telemetry`] — logging.
+//! - [`telemetry`] — metrics and logging.
 //! - [`cli`] — one module per subcommand.
 
 pub(crate) mod actors;
