@@ -96,3 +96,11 @@ pub(crate) fn parse_inputs(
     }
     Ok(map)
 }
+/// A `--store` argument as a file: `sqlite:data/traces.db` → `data/traces.db`, as in
+/// `[trace] store`.
+fn store_file(store: &std::path::Path) -> std::path::PathBuf {
+    match store.to_str().and_then(|s| s.strip_prefix("sqlite:")) {
+        Some(rest) => std::path::PathBuf::from(rest),
+        None => store.to_owned(),
+    }
+}

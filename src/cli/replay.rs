@@ -11,7 +11,7 @@ use crate::turn::replay::{ReplayResult, replay_from_store};
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use std::fmt::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// The config read when neither `--config` nor `--store` is given, as for `serve`.
@@ -65,7 +65,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
 fn locate(args: &ReplayArgs, env: &EnvVars) -> anyhow::Result<(PathBuf, DigestKey)> {
     let (store, key_source) = match &args.store {
         Some(store) => {
-            let store = strip_scheme(store);
+            let store = super::store_file(store);
             let key_source = DigestKeySource::beside(&store, DEFAULT_DIGEST_KEY_ENV, true);
             (store, key_source)
         }
@@ -100,14 +100,6 @@ fn digest_key(source: &DigestKeySource, env: &EnvVars) -> anyhow::Result<DigestK
         );
     }
     Ok(source.resolve(env)?)
-}
-
-/// `sqlite:data/traces.db` → `data/traces.db`, as in `[trace] store`.
-fn strip_scheme(store: &Path) -> PathBuf {
-    match store.to_str().and_then(|s| s.strip_prefix("sqlite:")) {
-        Some(rest) => PathBuf::from(rest),
-        None => store.to_owned(),
-    }
 }
 
 fn human(result: &ReplayResult) -> String {
@@ -181,6 +173,7 @@ mod tests {
     use crate::trace::digest::GENERATED_KEY_FILE;
     use crate::turn::replay::{ProviderReplay, ReplayedLayer, ReplayedProvider};
     use clap::Parser;
+    use std::path::Path;
 
     fn parse(args: &[&str]) -> Result<ReplayArgs, clap::Error> {
         let mut argv = vec!["ctxd", "replay"];
@@ -242,11 +235,11 @@ mod tests {
     #[test]
     fn the_store_may_carry_its_scheme() {
         assert_eq!(
-            strip_scheme(Path::new("sqlite:data/traces.db")),
+            crate::cli::store_file(Path::new("sqlite:data/traces.db")),
             PathBuf::from("data/traces.db")
         );
         assert_eq!(
-            strip_scheme(Path::new("/var/ctxd/traces.db")),
+            crate::cli::store_file(Path::new("/var/ctxd/traces.db")),
             PathBuf::from("/var/ctxd/traces.db")
         );
     }

@@ -173,7 +173,7 @@ fn run_show(args: &ShowArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
 /// Opens the store read-only: `--store`, else `[trace] store` of the config.
 fn open(location: &StoreArgs) -> anyhow::Result<TraceReader> {
     let path = match &location.store {
-        Some(store) => strip_scheme(store),
+        Some(store) => super::store_file(store),
         None => {
             let config = location
                 .config
@@ -204,14 +204,6 @@ fn open(location: &StoreArgs) -> anyhow::Result<TraceReader> {
         );
     }
     TraceReader::open(&path, None).context("cannot read traces")
-}
-
-/// `sqlite:data/traces.db` → `data/traces.db`, as in `[trace] store`.
-fn strip_scheme(store: &Path) -> PathBuf {
-    match store.to_str().and_then(|s| s.strip_prefix("sqlite:")) {
-        Some(rest) => PathBuf::from(rest),
-        None => store.to_owned(),
-    }
 }
 
 fn parse_provider_status(text: &str) -> Result<ProviderStatus, String> {
