@@ -20,13 +20,20 @@ pub(crate) enum ApiError {
     NotFound { message: String },
     /// 405
     MethodNotAllowed,
+    /// 408: the request did not arrive in time (`server.body_timeout_ms`, or the HTTP
+    /// layer's `server.header_timeout_ms`).
+    RequestTimeout { message: String },
     /// 413: the body exceeds `max_body_bytes`.
     PayloadTooLarge { limit: usize },
+    /// 415: a JSON-body route got another `Content-Type`.
+    UnsupportedMediaType,
     /// 422: the request is well-formed but cannot be carried out (a replay whose build
     /// is not in the store).
     Unprocessable { message: String },
     /// 429: the tenant's in-flight turns are at `max_in_flight`.
     TooManyTurns { limit: usize },
+    /// 429: the tenant's replay bucket is empty (`limits.replays_per_minute`).
+    TooManyReplays { retry_after_secs: u64 },
     /// 503: ctxd itself cannot serve (shutting down). Never a provider's failure.
     RuntimeUnavailable { message: String },
     /// A handle operation refused (seed 004 kinds, lowercase codes, with their fields):
@@ -50,8 +57,11 @@ impl ApiError {
             ApiError::BadRequest { .. } => "BAD_REQUEST",
             ApiError::NotFound { .. } => "NOT_FOUND",
             ApiError::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            ApiError::RequestTimeout { .. } => "REQUEST_TIMEOUT",
             ApiError::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
+            ApiError::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
             ApiError::TooManyTurns { .. } => "TOO_MANY_TURNS",
+            ApiError::TooManyReplays { .. } => "TOO_MANY_REPLAYS",
             ApiError::Unprocessable { .. } => "UNPROCESSABLE",
             ApiError::RuntimeUnavailable { .. } => "RUNTIME_UNAVAILABLE",
             ApiError::Handle(error) => error.kind(),
@@ -65,8 +75,11 @@ impl ApiError {
             ApiError::BadRequest { .. } => "bad_request",
             ApiError::NotFound { .. } => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::RequestTimeout { .. } => "request_timeout",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::UnsupportedMediaType => "unsupported_media_type",
             ApiError::TooManyTurns { .. } => "too_many_turns",
+            ApiError::TooManyReplays { .. } => "too_many_replays",
             ApiError::Unprocessable { .. } => "unprocessable",
             ApiError::RuntimeUnavailable { .. } => "runtime_unavailable",
             ApiError::Handle(error) => error.kind(),
@@ -80,17 +93,49 @@ impl ApiError {
             }
             ApiError::BadRequest { message, .. }
             | ApiError::NotFound { message }
+            | ApiError::RequestTimeout { message }
             | ApiError::Unprocessable { message }
             | ApiError::RuntimeUnavailable { message } => message.clone(),
             ApiError::MethodNotAllowed => "method not allowed".to_owned(),
             ApiError::PayloadTooLarge { limit } => {
                 format!("the request body exceeds {limit} bytes")
             }
+            ApiError::UnsupportedMediaType => {
+                "the body must be JSON: send Content-Type: application/json".to_owned()
+            }
             ApiError::TooManyTurns { limit } => {
                 format!("the tenant already has {limit} turns in flight; retry shortly")
             }
+            ApiError::TooManyReplays { retry_after_secs } => format!(
+                "the tenant's replay rate limit is reached (limits.replays_per_minute); retry in {retry_after_secs} s"
+            ),
             ApiError::Handle(error) => error.to_string(),
         }
+    }
+}
+
+impl ApiError {
+    /// The body of the answer: `{"error": {"code", "message", "field"?}}` — for a handle
+    /// error, with its own fields.
+    pub(crate) fn envelope(&self) -> serde_json::Value {
+        if let ApiError::Handle(error) = self {
+            let mut detail = serde_json::Map::new();
+            detail.insert("code".to_owned(), error.kind().into());
+            detail.insert("message".to_owned(), error.to_string().into());
+            detail.extend(error.fields());
+            return serde_json::json!({ "error": detail });
+        }
+        let field = match self {
+            ApiError::BadRequest { field, .. } => field.clone(),
+            _ => None,
+        };
+        serde_json::json!(ErrorBody {
+            error: ErrorDetail {
+                code: self.code().to_owned(),
+                message: self.message(),
+                field,
+            },
+        })
     }
 }
 
@@ -146,8 +191,12 @@ impl ResponseError for ApiError {
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::TooManyTurns { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::TooManyTurns { .. } | ApiError::TooManyReplays { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RuntimeUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Handle(error) => handle_status(error),
@@ -164,29 +213,22 @@ impl ResponseError for ApiError {
             ApiError::TooManyTurns { .. } => {
                 response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("1")));
             }
+            ApiError::TooManyReplays { retry_after_secs } => {
+                response.insert_header((header::RETRY_AFTER, *retry_after_secs));
+            }
+            // actix writes `Connection` from the response head, never from a header
+            // inserted by hand: closing is `force_close`.
             ApiError::RuntimeUnavailable { .. } => {
                 response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("1")));
-                response.insert_header((header::CONNECTION, HeaderValue::from_static("close")));
+                response.force_close();
+            }
+            // The rest of the body was never read: the connection cannot carry another
+            // request.
+            ApiError::RequestTimeout { .. } => {
+                response.force_close();
             }
             _ => {}
         }
-        if let ApiError::Handle(error) = self {
-            let mut detail = serde_json::Map::new();
-            detail.insert("code".to_owned(), error.kind().into());
-            detail.insert("message".to_owned(), error.to_string().into());
-            detail.extend(error.fields());
-            return response.json(serde_json::json!({ "error": detail }));
-        }
-        let field = match self {
-            ApiError::BadRequest { field, .. } => field.clone(),
-            _ => None,
-        };
-        response.json(ErrorBody {
-            error: ErrorDetail {
-                code: self.code().to_owned(),
-                message: self.message(),
-                field,
-            },
-        })
+        response.json(self.envelope())
     }
 }

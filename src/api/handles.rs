@@ -20,7 +20,7 @@
 //! metric: there is no per-handle sequence to give it, and recording caller-chosen ids
 //! would let anyone fill the store.
 
-use super::routes::read_body;
+use super::body::read_json_body;
 use super::{ApiError, ApiState, Tenant};
 use crate::actors::Registry;
 use crate::contract::HandleRef;
@@ -103,7 +103,7 @@ async fn operate(
             ApiError::Handle(HandleError::InvalidHandle),
         ));
     }
-    let body = read_body(&request, payload, registry.max_body_bytes)
+    let body = read_json_body(&request, payload, &state)
         .await
         .map_err(|error| counted("unknown", error))?;
     let store = &registry.handles;

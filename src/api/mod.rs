@@ -4,16 +4,22 @@
 //! business rules. Every tenant route takes the one [`Tenant`] extractor (shutting-down
 //! check, then authentication).
 
+mod body;
+mod drain;
+mod envelope;
 mod errors;
 mod handles;
+mod rate;
 mod routes;
 mod tenant;
 mod traces;
 
+pub(crate) use drain::{Drained, drain};
 pub(crate) use errors::ApiError;
 pub(crate) use tenant::Tenant;
 
 use crate::actors::{Coordinator, CoordinatorSnapshot, ProviderActor, Registry, coordinator};
+use crate::config::{Limits, ServerSettings};
 use actix::prelude::*;
 use actix_web::{App, HttpServer, dev::Server, web};
 use std::net::TcpListener;
@@ -30,6 +36,43 @@ pub(crate) struct ApiState {
     /// Every worker's coordinator, registered as its worker starts: `/readyz` and
     /// shutdown ask them which turns are still running.
     pub(crate) coordinators: Coordinators,
+    /// What a request may carry and how long it may take to arrive.
+    pub(crate) requests: RequestLimits,
+    /// Shutdown's drain: started or not, and the tenant requests still in flight.
+    pub(crate) drain: drain::Drain,
+    /// Each tenant's replay bucket.
+    pub(crate) replays: rate::ReplayLimiter,
+}
+
+/// Bounds on a request beyond its size (`max_body_bytes` is the registry's).
+pub(crate) struct RequestLimits {
+    /// Longest a body may take to arrive once the head is in (`server.body_timeout_ms`).
+    pub(crate) body_timeout: Duration,
+    /// Most keys in a turn's or a replay's `inputs` (`limits.max_input_keys`).
+    pub(crate) max_input_keys: usize,
+}
+
+impl ApiState {
+    pub(crate) fn new(
+        registry: Arc<Registry>,
+        providers: Vec<Addr<ProviderActor>>,
+        metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+        server: &ServerSettings,
+        limits: &Limits,
+    ) -> ApiState {
+        ApiState {
+            registry,
+            providers,
+            metrics,
+            coordinators: Coordinators::default(),
+            requests: RequestLimits {
+                body_timeout: server.body_timeout,
+                max_input_keys: limits.max_input_keys,
+            },
+            drain: drain::Drain::default(),
+            replays: rate::ReplayLimiter::new(limits.replays_per_minute, limits.replay_burst),
+        }
+    }
 }
 
 /// The coordinators of the running workers.
@@ -66,15 +109,20 @@ impl Coordinators {
     }
 }
 
+/// How long a connection that the server closes may take to read the last answer before
+/// it is dropped (actix's `client_disconnect_timeout`).
+const CLIENT_DISCONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Builds the server on an already bound listener (tests bind `127.0.0.1:0`). Signals
-/// are not handled here: the caller owns shutdown and its order.
+/// are not handled here: the caller owns shutdown and its order ([`drain`], then
+/// `stop`). The server's own stop waits at most a second for connections: the drain
+/// has already waited for every request that matters.
 pub(crate) fn server(
     listener: TcpListener,
-    state: ApiState,
+    state: web::Data<ApiState>,
     workers: usize,
-    shutdown_grace: Duration,
+    settings: &ServerSettings,
 ) -> std::io::Result<Server> {
-    let state = web::Data::new(state);
     let server = HttpServer::new(move || {
         // One coordinator per worker, on the worker's own thread.
         let coordinator = Coordinator::new(Arc::clone(&state.registry)).start();
@@ -82,6 +130,7 @@ pub(crate) fn server(
         App::new()
             .app_data(state.clone())
             .app_data(web::Data::new(coordinator))
+            .wrap_fn(envelope::every_error_enveloped)
             .configure(routes::configure)
             .configure(traces::configure)
             .configure(handles::configure)
@@ -89,7 +138,10 @@ pub(crate) fn server(
     })
     .workers(workers.max(1))
     .disable_signals()
-    .shutdown_timeout(shutdown_grace.as_secs().max(1))
+    .client_request_timeout(settings.header_timeout)
+    .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
+    .keep_alive(settings.keep_alive)
+    .shutdown_timeout(1)
     .listen(listener)?
     .run();
     Ok(server)

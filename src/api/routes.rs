@@ -1,13 +1,14 @@
-//! Route handlers: body limits, parsing, the per-tenant in-flight limit, and the
-//! hand-off to the worker's `Coordinator`.
+//! Route handlers: turns (parsing, the per-tenant in-flight limit, the hand-off to the
+//! worker's `Coordinator`), health, readiness and metrics.
 
+use super::body::{parse_body, read_json_body};
+use super::tenant::optional_tenant;
 use super::{ApiError, ApiState, Tenant};
 use crate::actors::{Coordinator, RunTurn, TenantRuntime, Topology};
 use crate::contract::{TurnRequest, TurnResponse};
 use crate::telemetry::metrics::TurnEnded;
 use actix::Addr;
 use actix_web::{HttpRequest, HttpResponse, web};
-use futures_util::StreamExt;
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -49,28 +50,20 @@ async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-/// 503 while shutting down or before every provider finished its first probe; otherwise
-/// 200 with `ready` or `degraded` (some provider's last probe failed — its turns still
-/// answer, with that provider's failures as statuses).
-async fn readyz(state: web::Data<ApiState>) -> HttpResponse {
+/// The replica's state for a load balancer: 503 while starting (until every provider
+/// finished its first probe) and while shutting down; otherwise 200 with `ready` or
+/// `degraded` (some provider's last probe failed — its turns still answer, with that
+/// provider's failures as statuses). Without a key that is all; with a tenant's key the
+/// answer adds that tenant's providers (and no one else's) and the replica's turns.
+async fn readyz(request: HttpRequest, state: web::Data<ApiState>) -> HttpResponse {
     if state.registry.is_shutting_down() {
-        return HttpResponse::ServiceUnavailable().json(json!({"status": "shutting_down"}));
+        return shutting_down_readiness();
     }
+    let tenant = match optional_tenant(&request, &state) {
+        Ok(tenant) => tenant,
+        Err(error) => return actix_web::ResponseError::error_response(&error),
+    };
     let snapshots = Topology::observe(&state.providers).await;
-    let providers: Vec<_> = snapshots
-        .iter()
-        .map(|s| {
-            json!({
-                "tenant": s.tenant,
-                "provider": s.provider,
-                "type": s.type_name,
-                "ready": s.ready,
-                "problem": s.problem,
-                "circuit": s.breaker.state.as_str(),
-                "inFlight": s.in_flight,
-            })
-        })
-        .collect();
     let starting =
         snapshots.iter().any(|s| s.ready.is_none()) || snapshots.len() < state.providers.len();
     let degraded = snapshots.iter().any(|s| s.ready == Some(false));
@@ -81,17 +74,42 @@ async fn readyz(state: web::Data<ApiState>) -> HttpResponse {
     } else {
         "ready"
     };
-    let turns = state.coordinators.turns().await;
-    let body = json!({
-        "status": status,
-        "providers": providers,
-        "turns": {"inFlight": turns.in_flight, "finished": turns.finished},
-    });
+    let mut body = json!({"status": status});
+    if let Some(tenant) = tenant {
+        let providers: Vec<_> = snapshots
+            .iter()
+            .filter(|s| s.tenant == tenant.id)
+            .map(|s| {
+                json!({
+                    "tenant": s.tenant,
+                    "provider": s.provider,
+                    "type": s.type_name,
+                    "ready": s.ready,
+                    "problem": s.problem,
+                    "circuit": s.breaker.state.as_str(),
+                    "inFlight": s.in_flight,
+                })
+            })
+            .collect();
+        let turns = state.coordinators.turns().await;
+        body["providers"] = json!(providers);
+        body["turns"] = json!({"inFlight": turns.in_flight, "finished": turns.finished});
+    }
     if starting {
         HttpResponse::ServiceUnavailable().json(body)
     } else {
         HttpResponse::Ok().json(body)
     }
+}
+
+/// `/readyz` while draining: the error envelope of every refused request (503,
+/// `Connection: close`), with the status a probe reads.
+fn shutting_down_readiness() -> HttpResponse {
+    let error = ApiError::shutting_down();
+    let mut body = error.envelope();
+    body["status"] = json!("shutting_down");
+    actix_web::ResponseError::error_response(&error)
+        .set_body(actix_web::body::BoxBody::new(body.to_string()))
 }
 
 /// Decrements the tenant's in-flight count when the turn ends, however it ends.
@@ -155,8 +173,8 @@ async fn answer_turn(
 ) -> Result<TurnResponse, ApiError> {
     let registry = &state.registry;
     let tenant = Arc::clone(tenant.runtime());
-    let body = read_body(request, payload, registry.max_body_bytes).await?;
-    let turn = parse_turn(&body)?;
+    let body = read_json_body(request, payload, state).await?;
+    let turn = parse_turn(&body, state.requests.max_input_keys)?;
     let in_flight = InFlight::enter(tenant)?;
     let tenant = Arc::clone(&in_flight.0);
     // Bounded like every request-path message: the turn's own deadline bounds the
@@ -178,63 +196,26 @@ async fn answer_turn(
     Ok(response)
 }
 
-/// Reads the body, refusing it as soon as it exceeds `limit` (Content-Length first).
-pub(super) async fn read_body(
-    request: &HttpRequest,
-    mut payload: web::Payload,
-    limit: usize,
-) -> Result<web::BytesMut, ApiError> {
-    let declared = request
-        .headers()
-        .get(actix_web::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|length| length > limit) {
-        return Err(ApiError::PayloadTooLarge { limit });
-    }
-    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::BadRequest {
-            field: None,
-            message: format!("cannot read the request body: {e}"),
-        })?;
-        if body.len() + chunk.len() > limit {
-            return Err(ApiError::PayloadTooLarge { limit });
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
+/// Parses a turn request; an error names the field, never a value. `inputs` may carry at
+/// most `max_input_keys` keys.
+pub(crate) fn parse_turn(body: &[u8], max_input_keys: usize) -> Result<TurnRequest, ApiError> {
+    let turn: TurnRequest = parse_body(body, "turn request")?;
+    check_input_count(turn.inputs.len(), max_input_keys)?;
+    Ok(turn)
 }
 
-/// Parses a JSON request body that refuses unknown fields; an error names the field
-/// (`inputs.customerId`, `budget.maxBytes` …). `what` names the body in messages.
-pub(super) fn parse_body<T: serde::de::DeserializeOwned>(
-    body: &[u8],
-    what: &str,
-) -> Result<T, ApiError> {
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-        let path = e.path().to_string();
-        let field = (path != ".").then_some(path);
-        let inner = e.into_inner();
-        ApiError::BadRequest {
-            message: match &field {
-                Some(field) => format!("{field}: {inner}"),
-                None => format!("the body is not a valid {what}: {inner}"),
-            },
-            field,
-        }
-    })?;
-    deserializer.end().map_err(|e| ApiError::BadRequest {
-        field: None,
-        message: format!("trailing data after the {what}: {e}"),
-    })?;
-    Ok(value)
-}
-
-/// Parses a turn request; an error names the field.
-pub(crate) fn parse_turn(body: &[u8]) -> Result<TurnRequest, ApiError> {
-    parse_body(body, "turn request")
+/// `limits.max_input_keys`: every key of `inputs` is planned, digested and recorded, so
+/// their number is bounded like the body's size.
+pub(super) fn check_input_count(keys: usize, max_input_keys: usize) -> Result<(), ApiError> {
+    if keys > max_input_keys {
+        return Err(ApiError::BadRequest {
+            field: Some("inputs".to_owned()),
+            message: format!(
+                "inputs: {keys} keys, more than the {max_input_keys} a request may carry (limits.max_input_keys)"
+            ),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -242,7 +223,7 @@ mod tests {
     use super::*;
 
     fn bad_field(body: &str) -> (Option<String>, String) {
-        match parse_turn(body.as_bytes()) {
+        match parse_turn(body.as_bytes(), 64) {
             Err(ApiError::BadRequest { field, message }) => (field, message),
             other => panic!("expected a bad request, got {other:?}"),
         }
@@ -252,7 +233,7 @@ mod tests {
     fn parse_errors_name_the_field() {
         let (field, message) = bad_field(r#"{"project": "p", "inputs": {"customerId": 42}}"#);
         assert_eq!(field.as_deref(), Some("inputs.customerId"));
-        assert!(message.contains("invalid type"), "{message}");
+        assert!(message.contains("must be a string, not a number"), "{message}");
         let (field, message) = bad_field(r#"{"project": "p", "colour": "red"}"#);
         assert_eq!(field.as_deref(), Some("colour"));
         assert!(message.contains("unknown field `colour`"), "{message}");
@@ -268,11 +249,91 @@ mod tests {
     }
 
     #[test]
+    fn no_value_is_repeated_whatever_its_type_or_field() {
+        let secret = "987654321012";
+        for body in [
+            format!(r#"{{"project": "p", "inputs": {{"customerId": {secret}}}}}"#),
+            format!(r#"{{"project": "p", "inputs": {{"customerId": {secret}.5}}}}"#),
+            format!(r#"{{"project": "p", "inputs": {{"customerId": ["{secret}"]}}}}"#),
+            format!(r#"{{"project": "p", "inputs": {{"customerId": {{"a": "{secret}"}}}}}}"#),
+            format!(r#"{{"project": "p", "inputs": {{"customerId": true, "x": "{secret}"}}}}"#),
+            format!(r#"{{"project": {secret}}}"#),
+            format!(r#"{{"project": "p", "objective": {secret}}}"#),
+            format!(r#"{{"project": "p", "budget": {{"maxBytes": "{secret}"}}}}"#),
+            format!(r#"{{"project": "p", "budget": {{"maxBytes": -{secret}}}}}"#),
+            format!(r#"{{"project": "p", "deadlineMs": "{secret}"}}"#),
+            format!(r#"{{"project": "p", "inputs": "{secret}"}}"#),
+        ] {
+            let (field, message) = bad_field(&body);
+            assert!(!message.contains(secret), "{body}: {message}");
+            assert!(!message.contains("true"), "{body}: {message}");
+            assert!(field.is_some(), "{body}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_duplicate_key_is_refused_in_inputs_as_at_the_top() {
+        let (field, message) =
+            bad_field(r#"{"project": "p", "inputs": {"customerId": "A", "customerId": "B"}}"#);
+        assert_eq!(field.as_deref(), Some("inputs"), "{message}");
+        assert!(
+            message.contains(r#"duplicate key "customerId""#),
+            "{message}"
+        );
+        assert!(!message.contains("\"A\"") && !message.contains("\"B\""));
+        let (_, message) = bad_field(r#"{"project": "p", "project": "q"}"#);
+        assert!(message.contains("duplicate field `project`"), "{message}");
+    }
+
+    #[test]
+    fn the_number_of_input_keys_is_bounded() {
+        let inputs: Vec<String> = (0..5).map(|i| format!(r#""k{i}": "v""#)).collect();
+        let body = format!(r#"{{"project": "p", "inputs": {{{}}}}}"#, inputs.join(","));
+        assert_eq!(parse_turn(body.as_bytes(), 5).unwrap().inputs.len(), 5);
+        match parse_turn(body.as_bytes(), 4) {
+            Err(ApiError::BadRequest { field, message }) => {
+                assert_eq!(field.as_deref(), Some("inputs"));
+                assert!(
+                    message.contains("more than the 4 a request may carry (limits.max_input_keys)"),
+                    "{message}"
+                );
+            }
+            other => panic!("expected a bad request, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn nesting_bombs_are_refused_without_recursing() {
+        let depth = 100_000;
+        for (open, close) in [("[", "]"), ("{\"a\":", "}")] {
+            for wrap in [
+                |bomb: &str| format!(r#"{{"project": "p", "inputs": {{"k": {bomb}}}}}"#),
+                |bomb: &str| format!(r#"{{"project": "p", "objective": {bomb}}}"#),
+                |bomb: &str| format!(r#"{{"project": "p", "unknown": {bomb}}}"#),
+                |bomb: &str| format!(r#"{{"project": "p", "budget": {bomb}}}"#),
+                |bomb: &str| bomb.to_owned(),
+            ] {
+                let bomb = format!("{}1{}", open.repeat(depth), close.repeat(depth));
+                let body = wrap(&bomb);
+                assert!(
+                    matches!(
+                        parse_turn(body.as_bytes(), 64),
+                        Err(ApiError::BadRequest { .. })
+                    ),
+                    "{}",
+                    &body[..60]
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_valid_turn_parses() {
         let turn = parse_turn(
             br#"{"project": "support", "profile": "default", "objective": "billing",
                  "consumer": "support-agent", "inputs": {"customerId": "CUST-1042"},
                  "budget": {"maxBytes": 8000}, "deadlineMs": 900}"#,
+            64,
         )
         .unwrap();
         assert_eq!(turn.inputs["customerId"], "CUST-1042");

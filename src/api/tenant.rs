@@ -1,8 +1,10 @@
 //! The tenant a request acts for: the one extractor every tenant route takes. It refuses
 //! every request once shutdown has started (503 `RUNTIME_UNAVAILABLE`, before looking at
 //! the key, so a draining server answers everyone alike), then requires a known tenant
-//! API key (401 `UNAUTHORIZED`).
+//! API key (401 `UNAUTHORIZED`). An admitted request counts as in flight for the drain
+//! until it is answered.
 
+use super::drain::Admitted;
 use super::{ApiError, ApiState};
 use crate::actors::TenantRuntime;
 use actix_web::http::header::{AUTHORIZATION, HeaderMap};
@@ -14,11 +16,15 @@ use std::sync::Arc;
 
 /// The authenticated tenant of a request to a serving ctxd. A route that must count a
 /// refusal itself (turns) takes `Result<Tenant, ApiError>`.
-pub(crate) struct Tenant(Arc<TenantRuntime>);
+pub(crate) struct Tenant {
+    runtime: Arc<TenantRuntime>,
+    /// Keeps the request counted as in flight while the route answers it.
+    _admitted: Admitted,
+}
 
 impl Tenant {
     pub(crate) fn runtime(&self) -> &Arc<TenantRuntime> {
-        &self.0
+        &self.runtime
     }
 }
 
@@ -26,7 +32,7 @@ impl Deref for Tenant {
     type Target = TenantRuntime;
 
     fn deref(&self) -> &TenantRuntime {
-        &self.0
+        &self.runtime
     }
 }
 
@@ -47,11 +53,32 @@ fn admit(request: &HttpRequest) -> Result<Tenant, ApiError> {
         });
     };
     let registry = &state.registry;
-    checked(
+    let runtime = checked(
         registry.is_shutting_down(),
         request.headers(),
         |key_sha256| registry.tenant_for_key(key_sha256),
-    )
+    )?;
+    Ok(Tenant {
+        runtime,
+        _admitted: state.drain.admit(),
+    })
+}
+
+/// The tenant of a request that may carry a key (`/readyz`): `None` without an
+/// `Authorization` header, 401 for a key no tenant has.
+pub(crate) fn optional_tenant(
+    request: &HttpRequest,
+    state: &ApiState,
+) -> Result<Option<Arc<TenantRuntime>>, ApiError> {
+    if !request.headers().contains_key(AUTHORIZATION) {
+        return Ok(None);
+    }
+    let key_sha256 = bearer_key_sha256(request.headers())?;
+    state
+        .registry
+        .tenant_for_key(&key_sha256)
+        .map(Some)
+        .ok_or(ApiError::Unauthorized)
 }
 
 /// The checks in their order: shutting down, then the key, looked up by its hash.
@@ -59,14 +86,12 @@ fn checked(
     shutting_down: bool,
     headers: &HeaderMap,
     tenant_for_key: impl FnOnce(&[u8; 32]) -> Option<Arc<TenantRuntime>>,
-) -> Result<Tenant, ApiError> {
+) -> Result<Arc<TenantRuntime>, ApiError> {
     if shutting_down {
         return Err(ApiError::shutting_down());
     }
     let key_sha256 = bearer_key_sha256(headers)?;
-    tenant_for_key(&key_sha256)
-        .map(Tenant)
-        .ok_or(ApiError::Unauthorized)
+    tenant_for_key(&key_sha256).ok_or(ApiError::Unauthorized)
 }
 
 /// SHA-256 of the key in `Authorization: Bearer <key>` (scheme in any case, the key

@@ -4,11 +4,13 @@
 //! on the blocking pool, never on the writer's connection; when every reader stays busy
 //! the answer is 503, as for any store failure.
 
-use super::routes::{parse_body, read_body};
+use super::body::{parse_body, read_json_body};
+use super::routes::check_input_count;
 use super::{ApiError, Tenant};
 use crate::actors::Registry;
 use crate::api::ApiState;
 use crate::contract::{LayerStatus, ProviderStatus};
+use crate::telemetry::metrics::ReplayRateLimited;
 use crate::trace::query::{SearchQuery, decode_cursor};
 use crate::trace::store::ReaderCheckout;
 use crate::turn::replay::{ReplayError, replay_from_store};
@@ -155,7 +157,8 @@ async fn show(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReplayRequest {
-    #[serde(default)]
+    /// Read like a turn's: string values only, every key once, never echoed.
+    #[serde(default, deserialize_with = "crate::contract::input_map")]
     inputs: BTreeMap<String, String>,
 }
 
@@ -166,9 +169,17 @@ async fn replay(
     payload: web::Payload,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
+    // Every attempt costs a token, a malformed one too: the limit is on guesses.
+    if let Err(wait) = state.replays.take(&tenant.id, std::time::Instant::now()) {
+        ReplayRateLimited { tenant: &tenant.id }.emit();
+        return Err(ApiError::TooManyReplays {
+            retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+        });
+    }
     let registry = state.registry.clone();
-    let body = read_body(&request, payload, registry.max_body_bytes).await?;
+    let body = read_json_body(&request, payload, &state).await?;
     let replay_request: ReplayRequest = parse_body(&body, "replay request")?;
+    check_input_count(replay_request.inputs.len(), state.requests.max_input_keys)?;
     let turn_id = path.into_inner();
     let tenant_id = tenant.id.clone();
     let mut checkout = check_out_reader(&registry).await?;

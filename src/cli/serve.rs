@@ -1,9 +1,10 @@
 //! `ctxd serve [--config F] [--listen ADDR] [--fixtures]`: run the multi-tenant API
-//! until SIGTERM or SIGINT, then shut down in order: stop accepting, finish in-flight
-//! turns within the grace period, stop providers and close their pools.
+//! until SIGTERM or SIGINT, then shut down in order: drain (keep accepting, answer 503
+//! on tenant routes and `/readyz`, finish in-flight turns within the grace period), stop
+//! the server, stop providers and close their pools, flush the traces last.
 
 use crate::actors::{Mode, Topology};
-use crate::api::{self, ApiState};
+use crate::api::{self, ApiState, Drained};
 use crate::config::{EnvVars, ServerConfig};
 use anyhow::{Context, anyhow};
 use clap::Args;
@@ -11,7 +12,6 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
 
 /// How often histograms are compacted and the trace queue depth is sampled.
 const METRICS_UPKEEP: std::time::Duration = std::time::Duration::from_secs(1);
@@ -57,13 +57,13 @@ pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         let listener = std::net::TcpListener::bind(listen)
             .with_context(|| format!("cannot listen on {listen}"))?;
         let address = listener.local_addr()?;
-        let registry = topology.registry();
-        let state = ApiState {
-            registry: topology.registry(),
-            providers: topology.provider_addrs(),
-            metrics: metrics.clone(),
-            coordinators: Default::default(),
-        };
+        let state = actix_web::web::Data::new(ApiState::new(
+            topology.registry(),
+            topology.provider_addrs(),
+            metrics.clone(),
+            &config.server,
+            &config.limits,
+        ));
         if let Some(handle) = metrics {
             let registry = topology.registry();
             actix_rt::spawn(async move {
@@ -75,7 +75,7 @@ pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 }
             });
         }
-        let server = api::server(listener, state, workers, grace)?;
+        let server = api::server(listener, state.clone(), workers, &config.server)?;
         let handle = server.handle();
         let serving = actix_rt::spawn(server);
         tracing::info!(%address, mode = ?mode, workers, "ctxd serving");
@@ -84,9 +84,16 @@ pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         std::io::stdout().flush()?;
 
         wait_for_signal().await;
-        tracing::info!("shutting down: finishing in-flight turns");
-        registry.shutting_down.store(true, Ordering::SeqCst);
-        // Graceful: stops accepting, waits for in-flight requests up to the grace period.
+        tracing::info!("shutting down: draining, new requests get 503");
+        match api::drain(&state, config.server.drain_quiet, grace).await {
+            Drained::Quiet => tracing::info!("drained: no request in flight"),
+            Drained::GraceElapsed { in_flight } => tracing::warn!(
+                in_flight,
+                "the grace period ended with requests in flight; stopping anyway"
+            ),
+        }
+        // Stops accepting; actix closes idle connections at once and gives the others a
+        // second (the drain already waited for every request that matters).
         handle.stop(true).await;
         let _ = serving.await;
         topology.shutdown().await?;

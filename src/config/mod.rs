@@ -25,7 +25,8 @@ pub use binding::{
 };
 pub(crate) use env::EnvVars;
 pub(crate) use server::{
-    ApiKey, EnvironmentNeed, MetricsSettings, ServerConfig, TenantConfig, TraceSettings, TraceStore,
+    ApiKey, EnvironmentNeed, Limits, MetricsSettings, ServerConfig, ServerSettings, TenantConfig,
+    TraceSettings, TraceStore,
 };
 pub(crate) use trace_store::DigestKeySource;
 

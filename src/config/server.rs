@@ -27,6 +27,18 @@ const DEFAULT_DURATION_BUCKETS_MS: &[f64] = &[
 const MAX_BUCKETS: usize = 64;
 const DEFAULT_MAX_TURN_MS: i64 = 10_000;
 const MAX_TURN_RANGE: (i64, i64) = (50, 60_000);
+const DEFAULT_HEADER_TIMEOUT_MS: i64 = 5_000;
+const DEFAULT_BODY_TIMEOUT_MS: i64 = 10_000;
+const DEFAULT_KEEP_ALIVE_MS: i64 = 5_000;
+const REQUEST_TIMEOUT_RANGE: (i64, i64) = (100, 300_000);
+const DEFAULT_DRAIN_QUIET_MS: i64 = 250;
+const DRAIN_QUIET_RANGE: (i64, i64) = (0, 60_000);
+const DEFAULT_MAX_INPUT_KEYS: i64 = 64;
+const MAX_INPUT_KEYS_RANGE: (i64, i64) = (1, 4096);
+const DEFAULT_REPLAYS_PER_MINUTE: i64 = 60;
+const REPLAYS_PER_MINUTE_RANGE: (i64, i64) = (1, 1_000_000);
+const DEFAULT_REPLAY_BURST: i64 = 10;
+const REPLAY_BURST_RANGE: (i64, i64) = (1, 100_000);
 const DEFAULT_MAX_IN_FLIGHT: i64 = 256;
 const MAX_IN_FLIGHT_RANGE: (i64, i64) = (1, 100_000);
 
@@ -63,6 +75,18 @@ pub(crate) struct ServerSettings {
     pub(crate) max_body_bytes: usize,
     /// How long shutdown waits for in-flight turns and the trace flush.
     pub(crate) shutdown_grace: Duration,
+    /// Longest a client may take to send a request's head (actix's
+    /// `client_request_timeout`); past it the answer is `408`.
+    pub(crate) header_timeout: Duration,
+    /// Longest a client may take to send a request's body once its head is in; past it
+    /// the answer is `408` and the connection closes.
+    pub(crate) body_timeout: Duration,
+    /// How long an idle kept-alive connection stays open.
+    pub(crate) keep_alive: Duration,
+    /// During shutdown, the drain ends once no request has been in flight for this long
+    /// (at most `shutdown_grace`): a client that saw its last answer reconnects to a
+    /// `503`, not to a closed port.
+    pub(crate) drain_quiet: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +128,12 @@ pub(crate) struct MetricsSettings {
 pub(crate) struct Limits {
     /// The longest deadline a turn may have, whatever it asks for.
     pub(crate) max_turn: Duration,
+    /// Most keys a turn's (or a replay's) `inputs` may carry.
+    pub(crate) max_input_keys: usize,
+    /// Per tenant: replays a minute (the token bucket's refill rate) …
+    pub(crate) replays_per_minute: u32,
+    /// … and how many may come at once (the bucket's size).
+    pub(crate) replay_burst: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -255,6 +285,10 @@ struct RawServer {
     listen: Option<String>,
     max_body_bytes: Option<i64>,
     shutdown_grace_ms: Option<i64>,
+    header_timeout_ms: Option<i64>,
+    body_timeout_ms: Option<i64>,
+    keep_alive_ms: Option<i64>,
+    drain_quiet_ms: Option<i64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -281,6 +315,9 @@ struct RawMetrics {
 #[serde(deny_unknown_fields)]
 struct RawLimits {
     max_turn_ms: Option<i64>,
+    max_input_keys: Option<i64>,
+    replays_per_minute: Option<i64>,
+    replay_burst: Option<i64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -342,18 +379,8 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<ServerConfig, 
         .and_then(|raw| check_trace(&mut problems, raw, base_dir));
     let metrics = optional_section::<RawMetrics>(&mut problems, &mut table, "metrics")
         .and_then(|raw| check_metrics(&mut problems, raw));
-    let limits =
-        optional_section::<RawLimits>(&mut problems, &mut table, "limits").and_then(|raw| {
-            let (lo, hi) = MAX_TURN_RANGE;
-            let ms = problems.int_in(
-                "limits.max_turn_ms",
-                raw.max_turn_ms.unwrap_or(DEFAULT_MAX_TURN_MS),
-                lo..=hi,
-            )?;
-            Some(Limits {
-                max_turn: Duration::from_millis(ms as u64),
-            })
-        });
+    let limits = optional_section::<RawLimits>(&mut problems, &mut table, "limits")
+        .and_then(|raw| check_limits(&mut problems, raw));
     let handles = optional_section::<RawHandles>(&mut problems, &mut table, "handles")
         .and_then(|raw| check_handles(&mut problems, raw));
     let tenants = check_tenants(&mut problems, table.remove("tenants"), base_dir);
@@ -399,10 +426,95 @@ fn check_server(problems: &mut Problems, raw: RawServer) -> Option<ServerSetting
         raw.shutdown_grace_ms.unwrap_or(DEFAULT_SHUTDOWN_GRACE_MS),
         lo..=hi,
     );
+    let mut millis = |key: &str, value: Option<i64>, default: i64, (lo, hi): (i64, i64)| {
+        problems
+            .int_in(&format!("server.{key}"), value.unwrap_or(default), lo..=hi)
+            .map(|ms| Duration::from_millis(ms as u64))
+    };
+    let header_timeout = millis(
+        "header_timeout_ms",
+        raw.header_timeout_ms,
+        DEFAULT_HEADER_TIMEOUT_MS,
+        REQUEST_TIMEOUT_RANGE,
+    );
+    let body_timeout = millis(
+        "body_timeout_ms",
+        raw.body_timeout_ms,
+        DEFAULT_BODY_TIMEOUT_MS,
+        REQUEST_TIMEOUT_RANGE,
+    );
+    let keep_alive = millis(
+        "keep_alive_ms",
+        raw.keep_alive_ms,
+        DEFAULT_KEEP_ALIVE_MS,
+        REQUEST_TIMEOUT_RANGE,
+    );
+    let shutdown_grace = Duration::from_millis(grace? as u64);
+    // Unset, the quiet period never takes more than half of a short grace period.
+    let default_quiet = DEFAULT_DRAIN_QUIET_MS.min(shutdown_grace.as_millis() as i64 / 2);
+    let drain_quiet = millis(
+        "drain_quiet_ms",
+        raw.drain_quiet_ms,
+        default_quiet,
+        DRAIN_QUIET_RANGE,
+    )?;
+    if drain_quiet >= shutdown_grace {
+        problems.add(
+            "server.drain_quiet_ms",
+            format!(
+                "{} must be less than server.shutdown_grace_ms ({}): the grace period bounds the drain",
+                drain_quiet.as_millis(),
+                shutdown_grace.as_millis()
+            ),
+        );
+        return None;
+    }
     Some(ServerSettings {
         listen: listen.ok()?,
         max_body_bytes: max_body_bytes? as usize,
-        shutdown_grace: Duration::from_millis(grace? as u64),
+        shutdown_grace,
+        header_timeout: header_timeout?,
+        body_timeout: body_timeout?,
+        keep_alive: keep_alive?,
+        drain_quiet,
+    })
+}
+
+/// `[limits]`: the turn deadline cap, the input keys a request may carry, and the
+/// per-tenant replay rate.
+fn check_limits(problems: &mut Problems, raw: RawLimits) -> Option<Limits> {
+    let mut int = |key: &str, value: Option<i64>, default: i64, (lo, hi): (i64, i64)| {
+        problems.int_in(&format!("limits.{key}"), value.unwrap_or(default), lo..=hi)
+    };
+    let max_turn_ms = int(
+        "max_turn_ms",
+        raw.max_turn_ms,
+        DEFAULT_MAX_TURN_MS,
+        MAX_TURN_RANGE,
+    );
+    let max_input_keys = int(
+        "max_input_keys",
+        raw.max_input_keys,
+        DEFAULT_MAX_INPUT_KEYS,
+        MAX_INPUT_KEYS_RANGE,
+    );
+    let replays_per_minute = int(
+        "replays_per_minute",
+        raw.replays_per_minute,
+        DEFAULT_REPLAYS_PER_MINUTE,
+        REPLAYS_PER_MINUTE_RANGE,
+    );
+    let replay_burst = int(
+        "replay_burst",
+        raw.replay_burst,
+        DEFAULT_REPLAY_BURST,
+        REPLAY_BURST_RANGE,
+    );
+    Some(Limits {
+        max_turn: Duration::from_millis(max_turn_ms? as u64),
+        max_input_keys: max_input_keys? as usize,
+        replays_per_minute: replays_per_minute? as u32,
+        replay_burst: replay_burst? as u32,
     })
 }
 
@@ -853,6 +965,13 @@ mod tests {
         assert!(!config.metrics.tenant_label);
         assert_eq!(config.metrics.duration_buckets_ms.len(), 13);
         assert_eq!(config.limits.max_turn, Duration::from_secs(10));
+        assert_eq!(config.server.header_timeout, Duration::from_secs(5));
+        assert_eq!(config.server.body_timeout, Duration::from_secs(10));
+        assert_eq!(config.server.keep_alive, Duration::from_secs(5));
+        assert_eq!(config.server.drain_quiet, Duration::from_millis(250));
+        assert_eq!(config.limits.max_input_keys, 64);
+        assert_eq!(config.limits.replays_per_minute, 60);
+        assert_eq!(config.limits.replay_burst, 10);
         let demo = config.tenant("demo").unwrap();
         assert_eq!(demo.max_in_flight, 256);
         assert_eq!(
@@ -1006,6 +1125,43 @@ mod tests {
                 "[server]\nshutdown_grace_ms = 0",
                 "server.shutdown_grace_ms",
                 Some("out of range"),
+            ),
+            (
+                "[server]\nbody_timeout_ms = 99",
+                "server.body_timeout_ms",
+                Some("use 100..=300000"),
+            ),
+            (
+                "[server]\nheader_timeout_ms = 300001",
+                "server.header_timeout_ms",
+                Some("use 100..=300000"),
+            ),
+            (
+                "[server]\nkeep_alive_ms = 0",
+                "server.keep_alive_ms",
+                Some("out of range"),
+            ),
+            (
+                "[server]\nshutdown_grace_ms = 1000\ndrain_quiet_ms = 1000",
+                "server.drain_quiet_ms",
+                Some("must be less than server.shutdown_grace_ms (1000)"),
+            ),
+            ("[server]\nshutdown_grace_ms = 100", "", None),
+            ("[server]\ndrain_quiet_ms = 0", "", None),
+            (
+                "[limits]\nmax_input_keys = 0",
+                "limits.max_input_keys",
+                Some("use 1..=4096"),
+            ),
+            (
+                "[limits]\nreplays_per_minute = 0",
+                "limits.replays_per_minute",
+                Some("out of range"),
+            ),
+            (
+                "[limits]\nreplay_burst = 100001",
+                "limits.replay_burst",
+                Some("use 1..=100000"),
             ),
             (
                 "[limits]\nmax_turn_ms = 49",

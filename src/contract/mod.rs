@@ -12,7 +12,7 @@ pub use status::{LayerReason, LayerStatus, ProviderStatus, Source};
 pub use turn::{
     BudgetReport, CutAction, CutReport, ErrorBody, ErrorDetail, HandleRef, LayerReport,
     ProviderReport, SelectionReport, TurnBudget, TurnRequest, TurnResponse, TurnResult,
-    VersionSource,
+    VersionSource, input_map,
 };
 pub use wire::{
     CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse, WireItem,

@@ -1,8 +1,10 @@
 //! The turn API's request and response bodies (`POST /v1/turns`) and the error body.
 
 use super::{Currentness, LayerReason, LayerStatus, ProviderStatus, Source};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::fmt;
 
 /// `POST /v1/turns`. Unknown fields are refused, naming the field.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,13 +17,115 @@ pub struct TurnRequest {
     pub objective: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer: Option<String>,
-    #[serde(default)]
+    /// A duplicate key is refused like a duplicate field; a value that is not a string is
+    /// refused by its kind, never echoed.
+    #[serde(default, deserialize_with = "input_map")]
     pub inputs: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<TurnBudget>,
     /// The turn's deadline in milliseconds; the server's `max_turn_ms` caps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<u64>,
+}
+
+/// Reads an `inputs` object: string values only, every key once. Two values for one key
+/// would let a gateway that reads the first see another value than ctxd, which would read
+/// the last; and an input value is never repeated in an error, whatever its type.
+pub fn input_map<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    deserializer.deserialize_map(InputMapVisitor)
+}
+
+struct InputMapVisitor;
+
+impl<'de> Visitor<'de> for InputMapVisitor {
+    type Value = BTreeMap<String, String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of string values")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut inputs = BTreeMap::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if inputs.contains_key(&key) {
+                return Err(de::Error::custom(format_args!(
+                    "duplicate key {key:?}: each input is given once"
+                )));
+            }
+            let value = map.next_value::<InputValue>()?;
+            inputs.insert(key, value.0);
+        }
+        Ok(inputs)
+    }
+}
+
+/// One input value: a string, or an error that names only the kind of what came.
+struct InputValue(String);
+
+impl<'de> Deserialize<'de> for InputValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(InputValueVisitor)
+    }
+}
+
+struct InputValueVisitor;
+
+impl InputValueVisitor {
+    fn refuse<E: de::Error>(found: &str) -> Result<InputValue, E> {
+        Err(E::custom(format_args!(
+            "must be a string, not {found} (the value is not repeated)"
+        )))
+    }
+}
+
+impl<'de> Visitor<'de> for InputValueVisitor {
+    type Value = InputValue;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<InputValue, E> {
+        Ok(InputValue(value.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, value: String) -> Result<InputValue, E> {
+        Ok(InputValue(value))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<InputValue, E> {
+        Self::refuse("a boolean")
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<InputValue, E> {
+        Self::refuse("a number")
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<InputValue, E> {
+        Self::refuse("a number")
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<InputValue, E> {
+        Self::refuse("a number")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<InputValue, E> {
+        Self::refuse("null")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<InputValue, E> {
+        Self::refuse("null")
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<InputValue, A::Error> {
+        Self::refuse("an array")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<InputValue, A::Error> {
+        Self::refuse("an object")
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -22,6 +22,7 @@ pub(crate) const TRACE_RECORDS: &str = "ctxd_trace_records_total";
 pub(crate) const TRACE_WRITE_DURATION: &str = "ctxd_trace_write_duration_seconds";
 pub(crate) const TRACE_BACKPRESSURE: &str = "ctxd_trace_backpressure_total";
 pub(crate) const HANDLE_OPERATIONS: &str = "ctxd_handle_operations_total";
+pub(crate) const REPLAYS_RATE_LIMITED: &str = "ctxd_replays_rate_limited_total";
 
 /// Buckets of the coordinator overhead, in seconds: its target is well under 1 ms.
 pub(crate) const OVERHEAD_BUCKETS: &[f64] = &[
@@ -99,6 +100,10 @@ fn describe() {
         HANDLE_OPERATIONS,
         "Handle operations by operation and result"
     );
+    describe_counter!(
+        REPLAYS_RATE_LIMITED,
+        "Replays refused with 429 by the per-tenant replay rate limit"
+    );
 }
 
 fn with_tenant(tenant: &str, mut labels: Vec<Label>) -> Vec<Label> {
@@ -123,6 +128,17 @@ impl TurnEnded<'_> {
             None => labels,
         };
         metrics::counter!(TURNS, labels).increment(1);
+    }
+}
+
+/// A replay was refused by its tenant's replay rate limit.
+pub(crate) struct ReplayRateLimited<'a> {
+    pub(crate) tenant: &'a str,
+}
+
+impl ReplayRateLimited<'_> {
+    pub(crate) fn emit(&self) {
+        metrics::counter!(REPLAYS_RATE_LIMITED, with_tenant(self.tenant, Vec::new())).increment(1);
     }
 }
 
