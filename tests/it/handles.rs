@@ -392,6 +392,7 @@ async fn a_large_item_is_read_only_through_bounded_operations() {
     let response = client()
         .post(ctxd.url(&format!("/v1/handles/{id}/ops")))
         .bearer_auth(KEY)
+        .header("content-type", "application/json")
         .body("not json")
         .send()
         .await

@@ -1,5 +1,6 @@
 //! Integration tests: the `ctxd` binary run as a user would, on real files.
 
+mod api_limits;
 mod cli_build;
 mod cli_doctor;
 mod cli_preview;

@@ -8,14 +8,14 @@ use crate::support::root;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-const KEY: &str = "acme-test-key";
-const SECRET: &str = "crm-bearer-7f3a9c21d8e4b6a0";
+pub const KEY: &str = "acme-test-key";
+pub const SECRET: &str = "crm-bearer-7f3a9c21d8e4b6a0";
 /// A distinctive lookup value that must never appear in logs.
 const VALUE: &str = "CUST-4242";
 
 /// A project with one optional layer per provider (in order), each provider looked up
 /// by `customerId`.
-fn project(providers: &[&str], required: bool) -> String {
+pub fn project(providers: &[&str], required: bool) -> String {
     let provider_specs: Vec<Value> = providers
         .iter()
         .map(|id| json!({"id": id, "name": id, "lookup": {"input": "customerId", "pattern": "^CUST-[0-9]{4}$"}, "maxItems": 5}))
@@ -29,7 +29,7 @@ fn project(providers: &[&str], required: bool) -> String {
 }
 
 /// A binding of HTTP providers: `(id, endpoint, extra TOML lines)`.
-fn binding(entries: &[(&str, String, &str)]) -> String {
+pub fn binding(entries: &[(&str, String, &str)]) -> String {
     let mut text = String::from("revision = \"test-1\"\n[defaults]\ntimeout_ms = 800\n");
     for (id, endpoint, extra) in entries {
         text.push_str(&format!(
@@ -50,7 +50,7 @@ fn start_one(server: &RunningProvider, extra: &str) -> (Deployment, Ctxd) {
     (deployment, ctxd)
 }
 
-fn lookup(value: &str) -> Value {
+pub fn lookup(value: &str) -> Value {
     json!({"project": "acme", "inputs": {"customerId": value}})
 }
 
@@ -524,6 +524,7 @@ async fn the_api_refuses_bad_requests_with_clear_errors() {
     let response = http
         .post(ctxd.url("/v1/turns"))
         .bearer_auth(KEY)
+        .header("content-type", "application/json")
         .body(reqwest::Body::wrap_stream(chunks))
         .send()
         .await
@@ -603,7 +604,13 @@ async fn health_and_readiness_follow_describe() {
     assert_eq!(health.status(), 200);
     let mut ready: Value = Value::Null;
     for _ in 0..100 {
-        let response = http.get(ctxd.url("/readyz")).send().await.unwrap();
+        // The providers' lines are shown to their tenant's key only.
+        let response = http
+            .get(ctxd.url("/readyz"))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap();
         let status = response.status();
         ready = response.json().await.unwrap();
         if status == 200 {
@@ -620,10 +627,11 @@ async fn health_and_readiness_follow_describe() {
     assert_eq!(bad["problem"], "INCOMPATIBLE (WRONG_CONTRACT)");
 }
 
-/// `/readyz`'s count of the coordinators' turns.
-async fn readiness_turns(ctxd: &Ctxd) -> (u64, u64) {
+/// `/readyz`'s count of the coordinators' turns (shown to a tenant's key).
+pub async fn readiness_turns(ctxd: &Ctxd) -> (u64, u64) {
     let ready: Value = client()
         .get(ctxd.url("/readyz"))
+        .bearer_auth(KEY)
         .send()
         .await
         .unwrap()
