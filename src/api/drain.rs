@@ -2,11 +2,12 @@
 //! connections and answers `503 RUNTIME_UNAVAILABLE` (`Connection: close`) on tenant
 //! routes and `/readyz`, so a load balancer sees a replica that is draining, not one that
 //! is gone; requests admitted before the signal finish. The drain ends once no request
-//! has been in flight for the quiet period, or when the grace period is over.
+//! has been in flight or has arrived for the quiet period, or when the grace period is
+//! over.
 
 use super::ApiState;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -22,6 +23,11 @@ pub(crate) struct Drain {
     /// Tenant requests admitted (before the drain) and not yet answered: a turn still
     /// reading its body is not on any coordinator yet, but it is in flight.
     admitted: Arc<AtomicUsize>,
+    /// When the last request arrived during the drain, in milliseconds since `epoch`: a
+    /// client that keeps coming (a probe, a load balancer that has not noticed yet) is
+    /// answered 503 until it stops, within the grace period.
+    last_arrival_ms: AtomicU64,
+    epoch: Instant,
 }
 
 impl Default for Drain {
@@ -29,6 +35,8 @@ impl Default for Drain {
         Drain {
             started_tx: watch::Sender::new(false),
             admitted: Arc::default(),
+            last_arrival_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
         }
     }
 }
@@ -36,6 +44,16 @@ impl Default for Drain {
 impl Drain {
     pub(crate) fn has_started(&self) -> bool {
         *self.started_tx.borrow()
+    }
+
+    /// Notes a request's arrival (every route): the quiet period starts after the last.
+    pub(crate) fn arrived(&self) {
+        let ms = self.epoch.elapsed().as_millis() as u64;
+        self.last_arrival_ms.fetch_max(ms, Ordering::AcqRel);
+    }
+
+    fn last_arrival(&self) -> Instant {
+        self.epoch + Duration::from_millis(self.last_arrival_ms.load(Ordering::Acquire))
     }
 
     /// Resolves once the drain has started.
@@ -75,9 +93,10 @@ pub(crate) enum Drained {
 }
 
 /// Starts the drain and waits until nothing — no admitted tenant request, no turn on a
-/// coordinator — has been in flight for `quiet`, or until `grace` has passed. The quiet
-/// period lets a client that just got its last answer come back to a `503` that tells it
-/// to go elsewhere, instead of to a port that closes under its new connection.
+/// coordinator, no new request — has been in flight or arrived for `quiet`, or until
+/// `grace` has passed. The quiet period lets a client that just got its last answer come
+/// back to a `503` that tells it to go elsewhere (`Retry-After`), instead of to a port
+/// that closes under its new connection.
 pub(crate) async fn drain(state: &ApiState, quiet: Duration, grace: Duration) -> Drained {
     state.registry.shutting_down.store(true, Ordering::SeqCst);
     state.drain.started_tx.send_replace(true);
@@ -88,8 +107,11 @@ pub(crate) async fn drain(state: &ApiState, quiet: Duration, grace: Duration) ->
         let now = Instant::now();
         if in_flight > 0 {
             quiet_since = None;
-        } else if now.duration_since(*quiet_since.get_or_insert(now)) >= quiet {
-            return Drained::Quiet;
+        } else {
+            let since = (*quiet_since.get_or_insert(now)).max(state.drain.last_arrival());
+            if now.duration_since(since) >= quiet {
+                return Drained::Quiet;
+            }
         }
         if now >= deadline {
             return Drained::GraceElapsed { in_flight };

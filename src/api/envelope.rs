@@ -6,8 +6,8 @@
 use super::ApiState;
 use crate::contract::{ErrorBody, ErrorDetail};
 use actix_web::body::{BodySize, BoxBody, MessageBody};
-use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
+use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use actix_web::http::{ConnectionType, StatusCode};
 use actix_web::{HttpResponse, web};
 use std::future::Future;
@@ -22,7 +22,13 @@ where
 {
     let draining = request
         .app_data::<web::Data<ApiState>>()
-        .is_some_and(|state| state.drain.has_started());
+        .is_some_and(|state| {
+            let draining = state.drain.has_started();
+            if draining {
+                state.drain.arrived();
+            }
+            draining
+        });
     let answer = service.call(request);
     async move {
         let mut response = answer.await?;

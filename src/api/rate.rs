@@ -67,10 +67,7 @@ mod tests {
         let wait = limiter
             .take("acme", start + Duration::from_millis(500))
             .unwrap_err();
-        assert!(
-            (wait.as_secs_f64() - 0.5).abs() < 1e-6,
-            "{wait:?}"
-        );
+        assert!((wait.as_secs_f64() - 0.5).abs() < 1e-6, "{wait:?}");
         assert_eq!(limiter.take("acme", start + Duration::from_secs(1)), Ok(()));
         // A long pause refills up to the burst, never beyond.
         let later = start + Duration::from_secs(3600);

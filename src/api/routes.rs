@@ -233,7 +233,10 @@ mod tests {
     fn parse_errors_name_the_field() {
         let (field, message) = bad_field(r#"{"project": "p", "inputs": {"customerId": 42}}"#);
         assert_eq!(field.as_deref(), Some("inputs.customerId"));
-        assert!(message.contains("must be a string, not a number"), "{message}");
+        assert!(
+            message.contains("must be a string, not a number"),
+            "{message}"
+        );
         let (field, message) = bad_field(r#"{"project": "p", "colour": "red"}"#);
         assert_eq!(field.as_deref(), Some("colour"));
         assert!(message.contains("unknown field `colour`"), "{message}");

@@ -118,7 +118,12 @@ async fn raw(address: &str, request: &[u8]) -> Raw {
     let address = address.to_owned();
     let request = request.to_vec();
     tokio::task::spawn_blocking(move || {
-        raw_exchange(&address, &[&request], Duration::ZERO, Duration::from_secs(10))
+        raw_exchange(
+            &address,
+            &[&request],
+            Duration::ZERO,
+            Duration::from_secs(10),
+        )
     })
     .await
     .unwrap()
@@ -285,7 +290,9 @@ async fn every_error_of_the_http_layer_carries_the_envelope() {
             "too many headers",
             format!(
                 "GET /healthz HTTP/1.1\r\nHost: ctxd\r\n{}\r\n",
-                (0..200).map(|i| format!("X-H{i}: v\r\n")).collect::<String>()
+                (0..200)
+                    .map(|i| format!("X-H{i}: v\r\n"))
+                    .collect::<String>()
             )
             .into_bytes(),
             431,
@@ -459,7 +466,10 @@ async fn turn_bodies_are_refused_by_kind_never_by_value() {
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["field"], "inputs");
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains(r#"duplicate key "customerId""#), "{message}");
+    assert!(
+        message.contains(r#"duplicate key "customerId""#),
+        "{message}"
+    );
     assert!(!message.contains(secret), "{message}");
 
     // Values of any type are named by their kind.
@@ -607,8 +617,7 @@ async fn readiness_without_a_key_tells_only_the_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replays_are_rate_limited_per_tenant() {
     let provider = ProviderServer::new().start().await;
-    let (_deployment, ctxd) =
-        start_with(&provider, "", "replays_per_minute = 1\nreplay_burst = 2");
+    let (_deployment, ctxd) = start_with(&provider, "", "replays_per_minute = 1\nreplay_burst = 2");
     let (status, answered) = turn(&ctxd, KEY, lookup("CUST-4242")).await;
     assert_eq!(status, 200);
     let turn_id = answered["turnId"].as_str().unwrap().to_owned();

@@ -742,7 +742,26 @@ async fn sigterm_under_load_answers_every_accepted_turn() {
                             assert_eq!(body["providers"][0]["status"], "OK");
                             ok += 1;
                         }
-                        503 => unavailable += 1,
+                        // Draining: the client goes away for as long as it is told,
+                        // as a load balancer would.
+                        503 => {
+                            assert!(
+                                response
+                                    .headers()
+                                    .get("connection")
+                                    .is_some_and(|v| v == "close"),
+                                "a draining answer closes its connection"
+                            );
+                            let retry_after: u64 = response.headers()["retry-after"]
+                                .to_str()
+                                .unwrap()
+                                .parse()
+                                .unwrap();
+                            let body: Value = response.json().await.expect("a complete body");
+                            assert_eq!(body["error"]["code"], "RUNTIME_UNAVAILABLE");
+                            unavailable += 1;
+                            tokio::time::sleep(Duration::from_secs(retry_after)).await;
+                        }
                         other => broken.push(format!("status {other}")),
                     },
                     Err(e) if e.is_connect() => {
@@ -760,15 +779,20 @@ async fn sigterm_under_load_answers_every_accepted_turn() {
     }
     tokio::time::sleep(Duration::from_millis(600)).await;
     ctxd.terminate();
-    let mut total_ok = 0;
+    let (mut total_ok, mut total_unavailable) = (0, 0);
     for worker in workers {
-        let (ok, _, _, broken) = worker.await.unwrap();
+        let (ok, _, unavailable, broken) = worker.await.unwrap();
         assert!(
             broken.is_empty(),
             "accepted turns must be answered: {broken:?}"
         );
         total_ok += ok;
+        total_unavailable += unavailable;
     }
+    assert!(
+        total_unavailable > 0,
+        "the draining server answered new requests 503"
+    );
     let status = ctxd.wait(Duration::from_secs(15));
     assert!(status.success(), "clean exit: {status:?}\n{}", ctxd.logs());
     assert!(total_ok > 16, "load was running: {total_ok}");
