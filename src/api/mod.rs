@@ -5,6 +5,7 @@
 //! check, then authentication).
 
 mod body;
+mod connection;
 mod drain;
 mod envelope;
 mod errors;
@@ -21,7 +22,8 @@ pub(crate) use tenant::Tenant;
 use crate::actors::{Coordinator, CoordinatorSnapshot, ProviderActor, Registry, coordinator};
 use crate::config::{Limits, ServerSettings};
 use actix::prelude::*;
-use actix_web::{App, HttpServer, dev::Server, web};
+use actix_service::ServiceFactoryExt;
+use actix_web::{App, dev::Server, web};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -117,32 +119,61 @@ const CLIENT_DISCONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// are not handled here: the caller owns shutdown and its order ([`drain`], then
 /// `stop`). The server's own stop waits at most a second for connections: the drain
 /// has already waited for every request that matters.
+///
+/// Assembled from actix's parts rather than `HttpServer` so that every connection runs
+/// through [`connection::GuardedIo`] (a deadline on every request head, the envelope on
+/// the parser's own errors).
 pub(crate) fn server(
     listener: TcpListener,
     state: web::Data<ApiState>,
     workers: usize,
     settings: &ServerSettings,
 ) -> std::io::Result<Server> {
-    let server = HttpServer::new(move || {
-        // One coordinator per worker, on the worker's own thread.
-        let coordinator = Coordinator::new(Arc::clone(&state.registry)).start();
-        state.coordinators.register(coordinator.clone());
-        App::new()
-            .app_data(state.clone())
-            .app_data(web::Data::new(coordinator))
-            .wrap_fn(envelope::every_error_enveloped)
-            .configure(routes::configure)
-            .configure(traces::configure)
-            .configure(handles::configure)
-            .default_service(web::to(routes::not_found))
-    })
-    .workers(workers.max(1))
-    .disable_signals()
-    .client_request_timeout(settings.header_timeout)
-    .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
-    .keep_alive(settings.keep_alive)
-    .shutdown_timeout(1)
-    .listen(listener)?
-    .run();
+    let builder = actix_server::Server::build()
+        .workers(workers.max(1))
+        .disable_signals()
+        .shutdown_timeout(1);
+    // Lets open connections finish their request and close when the server stops.
+    let stopping = builder.graceful_shutdown_signal();
+    let local_addr = listener.local_addr()?;
+    let header_timeout = settings.header_timeout;
+    let keep_alive = settings.keep_alive;
+    let server = builder
+        .listen("ctxd-api", listener, move || {
+            let state = state.clone();
+            // One coordinator per worker, on the worker's own thread.
+            let coordinator = Coordinator::new(Arc::clone(&state.registry)).start();
+            state.coordinators.register(coordinator.clone());
+            let app = App::new()
+                .app_data(state)
+                .app_data(web::Data::new(coordinator))
+                .wrap_fn(envelope::every_error_enveloped)
+                .configure(routes::configure)
+                .configure(traces::configure)
+                .configure(handles::configure)
+                .default_service(web::to(routes::not_found));
+            let stopping = stopping.clone();
+            let http = actix_http::HttpService::build()
+                .graceful_shutdown_signal(move || {
+                    let stopping = stopping.clone();
+                    async move { stopping.notified().await }
+                })
+                .keep_alive(keep_alive)
+                .client_request_timeout(header_timeout)
+                .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
+                .local_addr(local_addr)
+                .h1(actix_service::map_config(app, |_| {
+                    actix_web::dev::AppConfig::default()
+                }));
+            actix_service::fn_service(move |io: actix_rt::net::TcpStream| {
+                let peer = io.peer_addr().ok();
+                std::future::ready(Ok::<_, actix_http::error::DispatchError>((
+                    connection::GuardedIo::new(io, header_timeout),
+                    peer,
+                )))
+            })
+            .and_then(http)
+        })?
+        .run();
     Ok(server)
 }

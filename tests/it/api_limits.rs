@@ -353,6 +353,43 @@ async fn every_error_of_the_http_layer_carries_the_envelope() {
     assert_eq!(provider.lookups(), 0);
 }
 
+/// actix bounds the head of a connection's first request only: a second request on a
+/// kept-alive connection whose head never finishes gets its 408 all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_head_on_a_connection_has_a_deadline() {
+    let provider = ProviderServer::new().start().await;
+    let (_deployment, ctxd) = start_with(&provider, "header_timeout_ms = 500", "");
+    let address = address(&ctxd);
+    let started = Instant::now();
+    let answer = tokio::task::spawn_blocking(move || {
+        raw_exchange(
+            &address,
+            &[
+                b"GET /healthz HTTP/1.1\r\nHost: ctxd\r\n\r\n",
+                b"GET /healthz HTTP/1.1\r\nHost: ctxd\r\n",
+            ],
+            Duration::from_millis(100),
+            Duration::from_secs(10),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let second = answer
+        .body
+        .split_once("HTTP/1.1 ")
+        .map(|(_, second)| second)
+        .unwrap_or_else(|| panic!("no second answer: {answer:?}"));
+    assert!(second.starts_with("408 "), "{second}");
+    assert!(second.contains("\"code\":\"REQUEST_TIMEOUT\""), "{second}");
+    assert!(answer.closed);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 /// The request smuggling shapes that held when ctxd was attacked: each is refused before
 /// it reaches a route (no turn runs) and the connection is closed, so no second request
 /// can hide in its body.
