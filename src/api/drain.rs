@@ -46,7 +46,8 @@ impl Drain {
         *self.started_tx.borrow()
     }
 
-    /// Notes a request's arrival (every route): the quiet period starts after the last.
+    /// Notes a request's arrival (every route but the probes): the quiet period starts
+    /// after the last.
     pub(crate) fn arrived(&self) {
         let ms = self.epoch.elapsed().as_millis() as u64;
         self.last_arrival_ms.fetch_max(ms, Ordering::AcqRel);

@@ -1,7 +1,8 @@
 //! Every answer that is an error carries the `{"error": {"code", "message"}}` envelope,
 //! whoever produced it: ctxd's own errors already do ([`super::ApiError`]); this wraps the
 //! empty-bodied ones that actix-web produces itself, and closes every connection once the
-//! drain has started, so that no kept-alive connection outlives the server.
+//! drain has started, so that no kept-alive connection outlives the server (noting each
+//! request but the probes as an arrival for the drain's quiet period).
 
 use super::ApiState;
 use crate::contract::{ErrorBody, ErrorDetail};
@@ -20,11 +21,14 @@ pub(super) fn every_error_enveloped<S>(
 where
     S: Service<ServiceRequest, Response = ServiceResponse<BoxBody>, Error = actix_web::Error>,
 {
+    let is_probe = matches!(request.path(), "/readyz" | "/healthz" | "/metrics");
     let draining = request
         .app_data::<web::Data<ApiState>>()
         .is_some_and(|state| {
             let draining = state.drain.has_started();
-            if draining {
+            // A load balancer's probes go on for as long as the process lives: they must
+            // not keep the drain from ending.
+            if draining && !is_probe {
                 state.drain.arrived();
             }
             draining
