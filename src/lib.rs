@@ -29,7 +29,8 @@
 //! - [`digest`] — canonical JSON and SHA-256 digests.
 //! - [`trace`] — the provenance record model, keyed digests, the trace store and writer.
 //! - [`actors`] — provider actors, per-worker coordinators, start and ordered shutdown.
-//! - [`api`] — the HTTP API: routes, the tenant extractor, error mapping.
+//! - [`api`] — the HTTP API: routes, the tenant extractor, error mapping, request bounds,
+//!   the drain at shutdown.
 //! - [`resilience`] — the circuit breaker.
 //! - [`telemetry`] — metrics and logging.
 //! - [`cli`] — one module per subcommand.

@@ -3,6 +3,16 @@
 //! into messages and errors into status codes — the only place that does — and holds no
 //! business rules. Every tenant route takes the one [`Tenant`] extractor (shutting-down
 //! check, then authentication).
+//!
+//! - `connection` — below the parser: every request head's deadline, the envelope on the
+//!   parser's own errors.
+//! - `envelope` — the App's middleware: the envelope on actix-web's empty errors,
+//!   `Connection: close` while draining.
+//! - `body` — JSON bodies: media type, size, time, strict parsing that never repeats a value.
+//! - `drain` — between the shutdown signal and the server's stop.
+//! - `rate` — the per-tenant replay token bucket.
+//! - `routes`, `traces`, `handles` — the routes; `tenant` — the extractor; `errors` — the
+//!   status codes.
 
 mod body;
 mod connection;
