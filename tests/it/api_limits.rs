@@ -114,19 +114,20 @@ fn raw_exchange(address: &str, parts: &[&[u8]], pause: Duration, wait: Duration)
     }
 }
 
-async fn raw(address: &str, request: &[u8]) -> Raw {
+/// [`raw_exchange`] off the async workers.
+async fn raw_parts(address: &str, parts: &[&[u8]], pause: Duration, wait: Duration) -> Raw {
     let address = address.to_owned();
-    let request = request.to_vec();
+    let parts: Vec<Vec<u8>> = parts.iter().map(|part| part.to_vec()).collect();
     tokio::task::spawn_blocking(move || {
-        raw_exchange(
-            &address,
-            &[&request],
-            Duration::ZERO,
-            Duration::from_secs(10),
-        )
+        let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        raw_exchange(&address, &parts, pause, wait)
     })
     .await
     .unwrap()
+}
+
+async fn raw(address: &str, request: &[u8]) -> Raw {
+    raw_parts(address, &[request], Duration::ZERO, Duration::from_secs(10)).await
 }
 
 /// The head of a turn request with the tenant's key, up to its body.
@@ -135,6 +136,17 @@ fn turn_head(extra_headers: &str) -> String {
         "POST /v1/turns HTTP/1.1\r\nHost: ctxd\r\nAuthorization: Bearer {KEY}\r\n\
          Content-Type: application/json\r\n{extra_headers}\r\n"
     )
+}
+
+/// `POST /v1/turns` with the tenant's key, `body` as it is and `content_type` if any.
+async fn post_turn_text(ctxd: &Ctxd, content_type: Option<&str>, body: String) -> (u16, Value) {
+    let mut request = client().post(ctxd.url("/v1/turns")).bearer_auth(KEY);
+    if let Some(content_type) = content_type {
+        request = request.header("content-type", content_type);
+    }
+    let response = request.body(body).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
 }
 
 /// VmRSS of a process, in KiB.
@@ -154,17 +166,14 @@ async fn a_body_that_never_finishes_is_answered_408_and_closed() {
     let (_deployment, ctxd) = start_with(&provider, "body_timeout_ms = 500", "");
     let address = address(&ctxd);
     let started = Instant::now();
-    let answer = tokio::task::spawn_blocking(move || {
-        let head = turn_head("Content-Length: 100\r\n");
-        raw_exchange(
-            &address,
-            &[head.as_bytes(), b"{"],
-            Duration::ZERO,
-            Duration::from_secs(10),
-        )
-    })
-    .await
-    .unwrap();
+    let head = turn_head("Content-Length: 100\r\n");
+    let answer = raw_parts(
+        &address,
+        &[head.as_bytes(), b"{"],
+        Duration::ZERO,
+        Duration::from_secs(10),
+    )
+    .await;
     assert_eq!(answer.status, 408, "{answer:?}");
     assert_eq!(answer.error_code(), "REQUEST_TIMEOUT");
     assert!(
@@ -248,14 +257,15 @@ async fn a_stalled_body_does_not_hold_shutdown() {
     // A body timeout far beyond the grace period (5 s): only the drain can end it.
     let (_deployment, mut ctxd) = start_with(&provider, "body_timeout_ms = 60000", "");
     let address = address(&ctxd);
-    let stalled = tokio::task::spawn_blocking(move || {
+    let stalled = tokio::spawn(async move {
         let head = turn_head("Content-Length: 100\r\n");
-        raw_exchange(
+        raw_parts(
             &address,
             &[head.as_bytes(), b"{"],
             Duration::ZERO,
             Duration::from_secs(30),
         )
+        .await
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let signalled = Instant::now();
@@ -342,16 +352,13 @@ async fn every_error_of_the_http_layer_carries_the_envelope() {
         );
     }
     // A head that never finishes.
-    let answer = tokio::task::spawn_blocking(move || {
-        raw_exchange(
-            &address,
-            &[b"GET /healthz HTTP/1.1\r\n"],
-            Duration::ZERO,
-            Duration::from_secs(10),
-        )
-    })
-    .await
-    .unwrap();
+    let answer = raw_parts(
+        &address,
+        &[b"GET /healthz HTTP/1.1\r\n"],
+        Duration::ZERO,
+        Duration::from_secs(10),
+    )
+    .await;
     assert_eq!(answer.status, 408, "{answer:?}");
     assert_eq!(answer.error_code(), "REQUEST_TIMEOUT");
     assert_eq!(provider.lookups(), 0);
@@ -365,19 +372,16 @@ async fn every_request_head_on_a_connection_has_a_deadline() {
     let (_deployment, ctxd) = start_with(&provider, "header_timeout_ms = 500", "");
     let address = address(&ctxd);
     let started = Instant::now();
-    let answer = tokio::task::spawn_blocking(move || {
-        raw_exchange(
-            &address,
-            &[
-                b"GET /healthz HTTP/1.1\r\nHost: ctxd\r\n\r\n",
-                b"GET /healthz HTTP/1.1\r\nHost: ctxd\r\n",
-            ],
-            Duration::from_millis(100),
-            Duration::from_secs(10),
-        )
-    })
-    .await
-    .unwrap();
+    let answer = raw_parts(
+        &address,
+        &[
+            b"GET /healthz HTTP/1.1\r\nHost: ctxd\r\n\r\n",
+            b"GET /healthz HTTP/1.1\r\nHost: ctxd\r\n",
+        ],
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+    )
+    .await;
     assert_eq!(answer.status, 200, "{answer:?}");
     let second = answer
         .body
@@ -467,44 +471,26 @@ async fn request_smuggling_shapes_are_refused_and_close_the_connection() {
 async fn turn_bodies_are_refused_by_kind_never_by_value() {
     let provider = ProviderServer::new().start().await;
     let (_deployment, ctxd) = start_with(&provider, "", "max_input_keys = 3");
-    let http = client();
     let secret = "987654321012";
 
     // Content-Type is required on JSON routes.
-    let response = http
-        .post(ctxd.url("/v1/turns"))
-        .bearer_auth(KEY)
-        .body(lookup("CUST-4242").to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 415);
-    let body: Value = response.json().await.unwrap();
+    let (status, body) = post_turn_text(&ctxd, None, lookup("CUST-4242").to_string()).await;
+    assert_eq!(status, 415);
     assert_eq!(body["error"]["code"], "UNSUPPORTED_MEDIA_TYPE");
-    let response = http
-        .post(ctxd.url("/v1/turns"))
-        .bearer_auth(KEY)
-        .header("content-type", "Application/JSON; charset=utf-8")
-        .body(lookup("CUST-4242").to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    let (status, _) = post_turn_text(
+        &ctxd,
+        Some("Application/JSON; charset=utf-8"),
+        lookup("CUST-4242").to_string(),
+    )
+    .await;
+    assert_eq!(status, 200);
 
     // A duplicate input key, like a duplicate field.
     let duplicate = format!(
         r#"{{"project": "acme", "inputs": {{"customerId": "CUST-4242", "customerId": "{secret}"}}}}"#
     );
-    let response = http
-        .post(ctxd.url("/v1/turns"))
-        .bearer_auth(KEY)
-        .header("content-type", "application/json")
-        .body(duplicate)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 400);
-    let body: Value = response.json().await.unwrap();
+    let (status, body) = post_turn_text(&ctxd, Some("application/json"), duplicate).await;
+    assert_eq!(status, 400);
     assert_eq!(body["error"]["field"], "inputs");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(
@@ -573,16 +559,8 @@ async fn turn_bodies_are_refused_by_kind_never_by_value() {
         ),
         format!("{}{}", "[".repeat(depth), "]".repeat(depth)),
     ] {
-        let response = http
-            .post(ctxd.url("/v1/turns"))
-            .bearer_auth(KEY)
-            .header("content-type", "application/json")
-            .body(bomb)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 400);
-        let body: Value = response.json().await.unwrap();
+        let (status, body) = post_turn_text(&ctxd, Some("application/json"), bomb).await;
+        assert_eq!(status, 400);
         assert_eq!(body["error"]["code"], "BAD_REQUEST");
     }
     // The server is unharmed.
