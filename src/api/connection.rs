@@ -127,11 +127,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for GuardedIo<T> {
         let before = buf.filled().len();
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
-                let read = buf.filled().len() - before;
-                if read > 0 {
-                    let filled = buf.filled();
-                    let new = filled[before..].to_vec();
-                    this.received(&new);
+                if this.head != Head::Received {
+                    this.received(&buf.filled()[before..]);
                 }
                 Poll::Ready(Ok(()))
             }
@@ -198,11 +195,17 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 const EMPTY_BODY: &[u8] = b"\r\ncontent-length: 0\r\n";
+/// The parser's error answers are short heads (status line, length, connection, date).
+const ERROR_HEAD_MAX: usize = 512;
 
-/// `bytes` with the parser's empty-bodied error answer (if it holds one) given the
-/// envelope: everything before it unchanged, the answer with its JSON body.
+/// `bytes` with the parser's empty-bodied error answer given the envelope, if they end
+/// with one — the parser's error is always the last answer on its connection, and
+/// nothing else ctxd writes ends with an empty line — everything before it unchanged.
 fn with_envelope(bytes: &[u8]) -> Option<Vec<u8>> {
-    let mut from = 0;
+    if !bytes.ends_with(b"\r\n\r\n") {
+        return None;
+    }
+    let mut from = bytes.len().saturating_sub(ERROR_HEAD_MAX);
     while let Some(offset) = find(&bytes[from..], b"HTTP/1.1 ") {
         let start = from + offset;
         let answer = &bytes[start..];
@@ -210,6 +213,9 @@ fn with_envelope(bytes: &[u8]) -> Option<Vec<u8>> {
         let Some(head_end) = find(answer, b"\r\n\r\n") else {
             continue;
         };
+        if head_end + 4 != answer.len() {
+            continue;
+        }
         // Status line and headers, each line with its CRLF.
         let lines = &answer[..head_end + 2];
         let status = std::str::from_utf8(&lines[9..lines.len().min(12)])
