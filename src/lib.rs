@@ -43,6 +43,8 @@ pub mod contract;
 pub(crate) mod deployment;
 pub mod digest;
 pub(crate) mod fixtures;
+#[cfg(test)]
+mod fuzz;
 pub mod gate;
 pub(crate) mod handles;
 pub mod kernel;

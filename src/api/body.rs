@@ -86,9 +86,9 @@ pub(super) fn parse_body<T: serde::de::DeserializeOwned>(
 ) -> Result<T, ApiError> {
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-        let path = e.path().to_string();
+        let path = shortened(&e.path().to_string());
         let field = (path != ".").then_some(path);
-        let inner = without_values(&e.into_inner().to_string());
+        let inner = shortened_names(&without_values(&e.into_inner().to_string()));
         ApiError::BadRequest {
             message: match &field {
                 Some(field) => format!("{field}: {inner}"),
@@ -133,6 +133,37 @@ fn without_values(message: &str) -> String {
     message.to_owned()
 }
 
+/// Longest caller-chosen name (a key, a path) an error repeats; longer ones are cut.
+const MAX_NAME_CHARS: usize = 64;
+
+/// `text` cut to [`MAX_NAME_CHARS`] characters, with `…` when it was longer: a key the
+/// caller chose may be named, never repeated at any length.
+fn shortened(text: &str) -> String {
+    match text.char_indices().nth(MAX_NAME_CHARS) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+/// A serde message with every backquoted name (`unknown field `…``) shortened.
+fn shortened_names(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(512));
+    let mut parts = message.split('`');
+    if let Some(first) = parts.next() {
+        out.push_str(first);
+    }
+    for (i, part) in parts.enumerate() {
+        out.push('`');
+        // Odd parts (0-based after the first) sit between a pair of backquotes.
+        if i % 2 == 0 {
+            out.push_str(&shortened(part));
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
+}
+
 /// The kind of a value as serde's `Unexpected` prints it, without the value.
 fn kind_of(found: &str) -> &'static str {
     match found.split([' ', '`', '"']).next().unwrap_or_default() {
@@ -161,6 +192,24 @@ fn plain_expected(expected: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn caller_chosen_names_are_named_briefly() {
+        let key = format!("maxByte{}", "{".repeat(900));
+        let body = format!(r#"{{"project": "p", "budget": {{"{key}": 1}}}}"#);
+        let Err(ApiError::BadRequest { field, message }) =
+            parse_body::<crate::contract::TurnRequest>(body.as_bytes(), "turn request")
+        else {
+            panic!("a long unknown key is refused");
+        };
+        assert!(
+            field.as_deref().is_some_and(|f| f.chars().count() <= 72),
+            "{field:?}"
+        );
+        assert!(message.len() < 400, "{} bytes: {message}", message.len());
+        assert!(message.contains("unknown field `maxByte{"), "{message}");
+        assert!(message.contains("expected `maxBytes`"), "{message}");
+    }
 
     #[test]
     fn serde_messages_lose_their_values() {

@@ -27,6 +27,8 @@ mod traces;
 
 pub(crate) use drain::{Drained, drain};
 pub(crate) use errors::ApiError;
+#[cfg(test)]
+pub(crate) use routes::parse_turn;
 pub(crate) use tenant::Tenant;
 
 use crate::actors::{Coordinator, CoordinatorSnapshot, ProviderActor, Registry, coordinator};

@@ -382,7 +382,7 @@ fn scan_label(label: Option<&str>) -> Result<(), Failure> {
     }
 }
 
-fn parse_lookup(bytes: &[u8], limit: u32) -> Outcome {
+pub(crate) fn parse_lookup(bytes: &[u8], limit: u32) -> Outcome {
     let response: LookupResponse = match serde_json::from_slice(bytes) {
         Ok(response) => response,
         Err(_) => return failed(shape_failure(bytes)),
@@ -404,7 +404,7 @@ fn parse_lookup(bytes: &[u8], limit: u32) -> Outcome {
     outcome
 }
 
-fn parse_describe(bytes: &[u8]) -> Result<Described, Failure> {
+pub(crate) fn parse_describe(bytes: &[u8]) -> Result<Described, Failure> {
     let response: DescribeResponse =
         serde_json::from_slice(bytes).map_err(|_| shape_failure(bytes))?;
     if response.contract != CONTRACT {
