@@ -349,6 +349,19 @@ pub(crate) struct HandleOperationFinished {
 }
 
 impl HandleOperationFinished {
+    /// Every operation's `ok` series at zero, so they exist before the first operation
+    /// (the error results appear when they happen).
+    pub(crate) fn zero_for_every_operation() {
+        for op in request::OPERATIONS.iter().copied().chain(["delete"]) {
+            metrics::counter!(
+                crate::telemetry::metrics::HANDLE_OPERATIONS,
+                "op" => op,
+                "result" => "ok"
+            )
+            .increment(0);
+        }
+    }
+
     pub(crate) fn emit(&self) {
         metrics::counter!(
             crate::telemetry::metrics::HANDLE_OPERATIONS,

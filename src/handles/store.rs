@@ -157,6 +157,7 @@ impl Inner {
 
 impl HandleStore {
     pub(crate) fn new(settings: HandleSettings) -> HandleStore {
+        super::HandleOperationFinished::zero_for_every_operation();
         HandleStore {
             settings,
             inner: Mutex::new(Inner::default()),
