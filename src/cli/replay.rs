@@ -88,13 +88,14 @@ fn locate(args: &ReplayArgs, env: &EnvVars) -> anyhow::Result<(PathBuf, DigestKe
     Ok((store, key))
 }
 
-/// The key as `serve` resolves it, except that a replay never creates one: a new key
-/// could verify nothing, and the store is only read.
-fn digest_key(source: &DigestKeySource, env: &EnvVars) -> anyhow::Result<DigestKey> {
+/// The key as `serve` resolves it, except that a reader never creates one: a new key
+/// could verify nothing (a replay) and open no cursor (`traces search`), and the store
+/// is only read.
+pub(super) fn digest_key(source: &DigestKeySource, env: &EnvVars) -> anyhow::Result<DigestKey> {
     let key_file = source.key_file();
     if env.get(&source.env_name).is_none() && source.generate && !key_file.is_file() {
         bail!(
-            "no digest key: {} is not set and there is no generated key at {}; a replay needs the key the turn was recorded with",
+            "no digest key: {} is not set and there is no generated key at {}; the store's key is needed",
             source.env_name,
             key_file.display()
         );

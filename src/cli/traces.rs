@@ -1,10 +1,12 @@
 //! `ctxd traces search …` and `ctxd traces show TURN`: read the trace store directly and
 //! read-only, as an operator. Without `--tenant` they see every tenant. The store is
-//! `[trace] store` of the server config, or `--store PATH`. No digest key is needed:
-//! records hold digests, and retained content is never shown.
+//! `[trace] store` of the server config, or `--store PATH`. Records hold digests and
+//! retained content is never shown, so only paging needs the digest key: search cursors
+//! are sealed with it, as the API's are (the key as `replay` finds it; without it a
+//! search shows its first page and says that more follow).
 
 use super::output::{columns, serde_name, yes_no};
-use crate::config::{ServerConfig, TraceStore as StoreLocation};
+use crate::config::{DigestKeySource, EnvVars, ServerConfig, TraceStore as StoreLocation};
 use crate::contract::{LayerStatus, ProviderStatus};
 use crate::trace::query::{DEFAULT_LIMIT, MAX_LIMIT, SearchPage, SearchQuery, parse_time};
 use crate::trace::record::{ProviderRecord, StoredTurn, TurnRecord};
@@ -18,6 +20,8 @@ use std::time::Duration;
 
 /// The config read when neither `--config` nor `--store` is given, as for `serve`.
 const DEFAULT_CONFIG: &str = "config/ctxd.toml";
+/// The digest key's env var when only `--store` is given.
+const DEFAULT_DIGEST_KEY_ENV: &str = "CTXD_DIGEST_KEY";
 /// Width of the labels of `show` (the longest is `lookup key`).
 const LABEL_WIDTH: usize = 10;
 
@@ -77,7 +81,8 @@ pub(crate) struct SearchArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT as u16,
           value_parser = clap::value_parser!(u16).range(1..=MAX_LIMIT as i64))]
     pub(crate) limit: u16,
-    /// The next page: the cursor printed after the previous one
+    /// The next page: the cursor printed after the previous one, with the same filters
+    /// (it needs the digest key, as for `replay`)
     #[arg(long)]
     pub(crate) cursor: Option<String>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -104,24 +109,35 @@ pub(crate) enum Format {
 }
 
 pub(crate) fn run(args: &TracesArgs) -> anyhow::Result<ExitCode> {
-    run_with(args, &mut std::io::stdout().lock())
+    run_with(
+        args,
+        &EnvVars::from_process(),
+        &mut std::io::stdout().lock(),
+    )
 }
 
-/// Runs the subcommand, writing its output to `out`.
-pub(crate) fn run_with(args: &TracesArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+/// Runs the subcommand in the environment `env`, writing its output to `out`.
+pub(crate) fn run_with(
+    args: &TracesArgs,
+    env: &EnvVars,
+    out: &mut impl Write,
+) -> anyhow::Result<ExitCode> {
     match &args.command {
-        TracesCommand::Search(search) => run_search(search, out),
+        TracesCommand::Search(search) => run_search(search, env, out),
         TracesCommand::Show(show) => run_show(show, out),
     }
 }
 
-fn run_search(args: &SearchArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+fn run_search(args: &SearchArgs, env: &EnvVars, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     if let (Some(since), Some(until)) = (args.since, args.until)
         && since >= until
     {
         bail!("--since {since} is not before --until {until}: the window is empty");
     }
-    let reader = open(&args.location)?;
+    let (reader, no_key) = open(&args.location, Some(env))?;
+    if let (Some(cursor), Some(why)) = (&args.cursor, &no_key) {
+        bail!("--cursor {cursor:?}: paging needs the digest key the cursor was sealed with: {why}");
+    }
     let query = SearchQuery {
         tenant: args.tenant.clone(),
         provider: args.provider.clone(),
@@ -140,15 +156,30 @@ fn run_search(args: &SearchArgs, out: &mut impl Write) -> anyhow::Result<ExitCod
         ),
         other => anyhow!(other),
     })?;
+    // More results, but no key to seal their cursor with: say so, and why.
+    let unpaged = no_key.filter(|_| page.more && page.next_cursor.is_none());
     match args.format {
-        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&page)?)?,
-        Format::Table => out.write_all(search_table(&page).as_bytes())?,
+        Format::Json => {
+            writeln!(out, "{}", serde_json::to_string_pretty(&page)?)?;
+            if let Some(why) = &unpaged {
+                eprintln!("more results follow; paging needs the digest key: {why}");
+            }
+        }
+        Format::Table => {
+            out.write_all(search_table(&page).as_bytes())?;
+            if let Some(why) = &unpaged {
+                writeln!(
+                    out,
+                    "more results follow; paging needs the digest key: {why}"
+                )?;
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn run_show(args: &ShowArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
-    let reader = open(&args.location)?;
+    let (reader, _) = open(&args.location, None)?;
     let Some(stored) = reader.turn(args.tenant.as_deref(), &args.turn)? else {
         match &args.tenant {
             Some(tenant) => bail!(
@@ -170,19 +201,29 @@ fn run_show(args: &ShowArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens the store read-only: `--store`, else `[trace] store` of the config.
-fn open(location: &StoreArgs) -> anyhow::Result<TraceReader> {
-    let path = match &location.store {
-        Some(store) => super::store_file(store),
+/// Opens the store read-only: `--store`, else `[trace] store` of the config. With `env`,
+/// with the store's digest key too when this machine has it; the second value says why
+/// it does not.
+fn open(
+    location: &StoreArgs,
+    env: Option<&EnvVars>,
+) -> anyhow::Result<(TraceReader, Option<String>)> {
+    let (path, key_source) = match &location.store {
+        Some(store) => {
+            let path = super::store_file(store);
+            let key_source = DigestKeySource::beside(&path, DEFAULT_DIGEST_KEY_ENV, true);
+            (path, key_source)
+        }
         None => {
             let config = location
                 .config
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
             let server = ServerConfig::load(&config).map_err(|e| anyhow!("{e}"))?;
-            match &server.trace.store {
+            let path = match &server.trace.store {
                 StoreLocation::Sqlite(path) => path.clone(),
-            }
+            };
+            (path, server.trace.digest_key_source())
         }
     };
     // A reader never creates a store; say which file is missing, and how it was chosen.
@@ -203,7 +244,14 @@ fn open(location: &StoreArgs) -> anyhow::Result<TraceReader> {
             path.display()
         );
     }
-    TraceReader::open(&path, None).context("cannot read traces")
+    let key = match env.map(|env| super::replay::digest_key(&key_source, env)) {
+        Some(Ok(key)) => Ok(Some(key)),
+        Some(Err(why)) => Err(format!("{why:#}")),
+        None => Ok(None),
+    };
+    let reader = TraceReader::open(&path, key.as_ref().ok().and_then(Option::as_ref))
+        .context("cannot read traces")?;
+    Ok((reader, key.err()))
 }
 
 fn parse_provider_status(text: &str) -> Result<ProviderStatus, String> {
@@ -547,6 +595,9 @@ mod tests {
         dir: tempfile::TempDir,
     }
 
+    /// The bytes of `testing::key()`, which wrote the store.
+    const KEY_BYTES: &[u8] = b"test-key-test-key-test-key-test-key!";
+
     impl Fixture {
         /// A store at `data/traces.db` and a config at `config/ctxd.toml` naming it.
         fn new() -> Fixture {
@@ -582,6 +633,14 @@ mod tests {
                     ),
                 ])
                 .unwrap();
+            // The store's key, where `serve` keeps a generated one: it seals cursors.
+            std::fs::write(
+                dir.path()
+                    .join("data")
+                    .join(crate::trace::digest::GENERATED_KEY_FILE),
+                KEY_BYTES,
+            )
+            .unwrap();
             std::fs::create_dir_all(dir.path().join("config")).unwrap();
             std::fs::write(
                 dir.path().join("config/ctxd.toml"),
@@ -613,6 +672,7 @@ mod tests {
                 &TracesArgs {
                     command: parsed.command,
                 },
+                &EnvVars::default(),
                 &mut out,
             )
             .map_err(|e| format!("{e:#}"))?;
@@ -680,17 +740,19 @@ mod tests {
                 "search",
                 "--store",
                 &store,
+                "--provider",
+                "crm",
                 "--provider-status",
                 "TIMEOUT",
                 "--cursor",
                 &cursor,
             ])
             .unwrap();
+        assert!(next.contains("turn-g1"), "{next}");
         assert!(
-            next.contains("turn-g1") && next.contains("turn-a1"),
+            !next.contains("turn-a2") && !next.contains("turn-a1"),
             "{next}"
         );
-        assert!(!next.contains("turn-a2"), "{next}");
         let acme = fixture
             .run(&[
                 "search",
@@ -737,6 +799,80 @@ mod tests {
             .run(&["search", "--store", &store, "--tenant", "initech"])
             .unwrap();
         assert_eq!(none, "no traces match\n");
+    }
+
+    #[test]
+    fn a_cursor_continues_only_its_own_search() {
+        let fixture = Fixture::new();
+        let store = fixture.store();
+        let first = fixture
+            .run(&["search", "--store", &store, "--limit", "1"])
+            .unwrap();
+        let cursor = first
+            .lines()
+            .find_map(|line| line.strip_prefix("next page: --cursor "))
+            .unwrap_or_else(|| panic!("{first}"))
+            .to_owned();
+        assert!(
+            !cursor.contains(&format!("{:016x}", 3)),
+            "no row number shows"
+        );
+        // Same search, another page size: it continues.
+        let next = fixture
+            .run(&["search", "--store", &store, "--cursor", &cursor])
+            .unwrap();
+        assert!(
+            next.contains("turn-g1") && !next.contains("turn-a2"),
+            "{next}"
+        );
+        // Another tenant scope or other filters: refused, naming the flag.
+        for other in [
+            &["--tenant", "acme"][..],
+            &["--provider", "crm"],
+            &["--since", "1"],
+        ] {
+            let mut args = vec!["search", "--store", store.as_str(), "--cursor", &cursor];
+            args.extend_from_slice(other);
+            let error = fixture.run(&args).unwrap_err();
+            assert!(
+                error.contains("--cursor") && error.contains("not one this search issued"),
+                "{other:?}: {error}"
+            );
+        }
+        // A forged row number is no cursor.
+        let error = fixture
+            .run(&["search", "--store", &store, "--cursor", "0000000000000002"])
+            .unwrap_err();
+        assert!(error.contains("--cursor"), "{error}");
+    }
+
+    #[test]
+    fn without_the_digest_key_a_search_says_more_follow() {
+        let fixture = Fixture::new();
+        let store = fixture.store();
+        std::fs::remove_file(
+            fixture
+                .dir
+                .path()
+                .join("data")
+                .join(crate::trace::digest::GENERATED_KEY_FILE),
+        )
+        .unwrap();
+        let first = fixture
+            .run(&["search", "--store", &store, "--limit", "1"])
+            .unwrap();
+        assert!(first.contains("turn-a2"), "{first}");
+        assert!(
+            first.contains("more results follow; paging needs the digest key: no digest key"),
+            "{first}"
+        );
+        let error = fixture
+            .run(&["search", "--store", &store, "--cursor", &"0a".repeat(48)])
+            .unwrap_err();
+        assert!(
+            error.contains("paging needs the digest key the cursor was sealed with"),
+            "{error}"
+        );
     }
 
     #[test]
