@@ -118,11 +118,29 @@ mod tests {
         let project = Project::from_json(&doc.to_string()).unwrap();
         // A file name is printed as given: escaped, it forges no report line.
         let text = render_human(&run_tests(&project), "p\n  PASSED  forged\u{1b}[2J.json");
-        assert!(text.starts_with("p\\n  PASSED  forged\\u{1b}[2J.json: project p 1"), "{text}");
-        assert!(text.contains("\n  PASSED  passes  (deterministic)\n"), "{text}");
-        assert!(text.contains("\n  FAILED  fails  (deterministic)\n"), "{text}");
-        assert!(text.contains("\n  UNKNOWN unknown  (deterministic)\n"), "{text}");
-        assert!(!text.contains("forged\n") && !text.contains('\u{1b}'), "{text}");
-        assert!(text.ends_with("3 tests: 1 passed, 1 failed, 1 unknown\n"), "{text}");
+        assert!(
+            text.starts_with("p\\n  PASSED  forged\\u{1b}[2J.json: project p 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n  PASSED  passes  (deterministic)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n  FAILED  fails  (deterministic)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n  UNKNOWN unknown  (deterministic)\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("forged\n") && !text.contains('\u{1b}'),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("3 tests: 1 passed, 1 failed, 1 unknown\n"),
+            "{text}"
+        );
     }
 }

@@ -282,30 +282,41 @@ mod tests {
         }
     }
 
+    fn key() -> DigestKey {
+        DigestKey::from_bytes(vec![9u8; 32]).unwrap()
+    }
+
     fn captured(retention: Retention) -> TurnTrace {
-        let project = project();
-        let key = DigestKey::from_bytes(vec![9u8; 32]).unwrap();
         let inputs: BTreeMap<String, String> = [("customerId".to_owned(), VALUE.to_owned())].into();
+        let answer = |invocation: &Invocation| match invocation.provider_id.as_str() {
+            "crm" => Outcome::items(
+                vec![item(VALUE, "Gold tier since 2020")],
+                Currentness::Current,
+                Source::Live,
+            ),
+            _ => Outcome::failed(Failure::Deadline, Source::Live),
+        };
+        capture_turn(&project(), &inputs, &answer, retention)
+    }
+
+    /// A turn of `project` with `inputs`, answered by `answer` (every provider but
+    /// `ghost` bound), captured under `retention`.
+    fn capture_turn(
+        project: &Project,
+        inputs: &BTreeMap<String, String>,
+        answer: &dyn Fn(&Invocation) -> Outcome,
+        retention: Retention,
+    ) -> TurnTrace {
+        let key = key();
         let ask = Ask {
             profile: None,
             objective: None,
             consumer: None,
-            inputs: &inputs,
+            inputs,
         };
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_500_000);
-        let source = Immediate::new(
-            |id: &str| id != "ghost",
-            |invocation: &Invocation| match invocation.provider_id.as_str() {
-                "crm" => Outcome::items(
-                    vec![item(VALUE, "Gold tier since 2020")],
-                    Currentness::Current,
-                    Source::Live,
-                ),
-                _ => Outcome::failed(Failure::Deadline, Source::Live),
-            },
-        )
-        .observed_at(now);
-        let mut called = plan(&project, &ask, &source)
+        let source = Immediate::new(|id: &str| id != "ghost", answer).observed_at(now);
+        let mut called = plan(project, &ask, &source)
             .unwrap()
             .call_now(&source)
             .unwrap();
@@ -410,53 +421,19 @@ mod tests {
             ]
         });
         let project = Project::from_json(&doc.to_string()).unwrap();
-        let key = DigestKey::from_bytes(vec![9u8; 32]).unwrap();
         let mut inputs: BTreeMap<String, String> = (0..1000)
             .map(|i| (format!("unused{i:04}"), "x".repeat(50)))
             .collect();
         inputs.insert("customerId".to_owned(), VALUE.to_owned());
         inputs.insert("region".to_owned(), "eu".to_owned());
-        let ask = Ask {
-            profile: None,
-            objective: None,
-            consumer: None,
-            inputs: &inputs,
-        };
-        let source = Immediate::new(
-            |_: &str| true,
-            |_: &Invocation| Outcome::items(Vec::new(), Currentness::Current, Source::Live),
-        );
-        let answered = plan(&project, &ask, &source)
-            .unwrap()
-            .call_now(&source)
-            .unwrap()
-            .assemble(Rendering {
-                max_bytes: 10_000,
-                nonce: "00ff00ff00ff00ff00ff00ff00ff00ff",
-                handles: &mut NoHandles,
-                locators: Some(&key),
-            });
-        let turn = TurnFacts {
-            turn_id: "t-1",
-            tenant: "acme",
-            binding: None,
-            ask,
-            deadline: Duration::from_secs(1),
-            mode: Source::Live,
-            started_at: SystemTime::UNIX_EPOCH,
-            duration: Duration::ZERO,
-        };
-        let settings = |_: &str| ProviderTraceSettings {
-            provider_type: Some("http"),
-            retention: Retention::Digest,
-            retention_ttl: Duration::from_secs(3600),
-        };
-        let trace = answered.capture(&turn, &key, &settings);
+        let nothing =
+            |_: &Invocation| Outcome::items(Vec::new(), Currentness::Current, Source::Live);
+        let trace = capture_turn(&project, &inputs, &nothing, Retention::Digest);
         let recorded: Vec<&str> = trace.turn.inputs.iter().map(|i| i.key.as_str()).collect();
         assert_eq!(recorded, ["customerId", "region"]);
         assert_eq!(
             trace.turn.inputs[1].digest,
-            key.input_digest("region", "eu")
+            key().input_digest("region", "eu")
         );
         assert!(
             serde_json::to_string(&trace.turn).unwrap().len() < 5_000,

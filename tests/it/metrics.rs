@@ -2,7 +2,7 @@
 //! coordinator overhead, provider calls, in-flight and circuit gauges and trace writer
 //! figures, with low-cardinality labels only, and passes `promtool check metrics`.
 
-use crate::provider_server::{Behaviour, ProviderServer};
+use crate::provider_server::{Behaviour, ProviderServer, RunningProvider};
 use crate::server::{Ctxd, Deployment, TenantSpec, client, turn};
 use serde_json::json;
 use std::io::Write;
@@ -26,6 +26,15 @@ fn project() -> String {
         ]
     })
     .to_string()
+}
+
+/// A binding of both of the project's providers to one provider server.
+fn both_providers_on(server: &RunningProvider) -> String {
+    format!(
+        "revision = \"m1\"\n[providers.crm]\ntype = \"http\"\nendpoint = \"{0}\"\n\
+         [providers.billing]\ntype = \"http\"\nendpoint = \"{0}\"\n",
+        server.url()
+    )
 }
 
 async fn scrape(ctxd: &Ctxd) -> String {
@@ -134,12 +143,7 @@ async fn metrics_cover_turns_providers_and_traces_with_safe_labels() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tenant_label_is_opt_in_and_metrics_can_be_off() {
     let crm = ProviderServer::new().start().await;
-    let binding = format!(
-        "revision = \"m1\"\n[providers.crm]\ntype = \"http\"\nendpoint = \"{}\"\n\
-         [providers.billing]\ntype = \"http\"\nendpoint = \"{}\"\n",
-        crm.url(),
-        crm.url()
-    );
+    let binding = both_providers_on(&crm);
     let deployment = Deployment::new(&[TenantSpec::new("acme", KEY, project(), binding.clone())]);
     let config = std::fs::read_to_string(&deployment.config).unwrap();
     std::fs::write(
@@ -181,12 +185,7 @@ async fn the_tenant_label_is_opt_in_and_metrics_can_be_off() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watched_series_are_exported_at_zero_from_start_up() {
     let crm = ProviderServer::new().start().await;
-    let binding = format!(
-        "revision = \"m1\"\n[providers.crm]\ntype = \"http\"\nendpoint = \"{}\"\n\
-         [providers.billing]\ntype = \"http\"\nendpoint = \"{}\"\n",
-        crm.url(),
-        crm.url()
-    );
+    let binding = both_providers_on(&crm);
     let deployment = Deployment::new(&[TenantSpec::new("acme", KEY, project(), binding)]);
     let ctxd = Ctxd::start(&deployment.config, &[], &[]);
     let text = scrape(&ctxd).await;
