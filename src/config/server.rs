@@ -503,31 +503,19 @@ fn check_handles(
         defaults.max_total_bytes as u64,
         HANDLE_TOTAL_BYTES_RANGE,
     );
+    // An equal part of the store unless set; every tenant's share must fit in it.
+    let tenants = tenants.max(1) as i64;
     let max_tenant_bytes = max_total_bytes.and_then(|total| {
-        let tenants = tenants.max(1) as i64;
-        let Some(share) = raw.max_tenant_bytes else {
-            return Some(total / tenants);
-        };
-        let (lo, _) = HANDLE_TOTAL_BYTES_RANGE;
-        let fits = share.checked_mul(tenants).is_some_and(|all| all <= total);
-        if share < lo || share > total {
+        let share = raw.max_tenant_bytes.unwrap_or(total / tenants);
+        let share = problems.int_in("handles.max_tenant_bytes", share, 1..=total)?;
+        if share.saturating_mul(tenants) > total {
             problems.add(
                 "handles.max_tenant_bytes",
-                format!("{share} is out of range: use {lo}..={total} (at most handles.max_total_bytes)"),
+                format!("{tenants} tenants × {share} bytes is more than handles.max_total_bytes ({total}): each tenant's share must fit in the store, so that no tenant evicts another's handles — use at most {}", total / tenants),
             );
-            None
-        } else if !fits {
-            problems.add(
-                "handles.max_tenant_bytes",
-                format!(
-                    "{tenants} tenants × {share} bytes is more than handles.max_total_bytes ({total}): each tenant's share must fit in the store, so that no tenant evicts another's handles — use at most {}",
-                    total / tenants
-                ),
-            );
-            None
-        } else {
-            Some(share)
+            return None;
         }
+        Some(share)
     });
     let max_tombstones = int(
         problems,
@@ -1207,14 +1195,14 @@ mod tests {
             ),
             ("max_bytes = 5", "handles.max_bytes", "unknown field"),
             (
-                "max_tenant_bytes = 1000",
+                "max_tenant_bytes = 0",
                 "handles.max_tenant_bytes",
                 "out of range",
             ),
             (
                 "max_total_bytes = 4096\nmax_tenant_bytes = 4097",
                 "handles.max_tenant_bytes",
-                "at most handles.max_total_bytes",
+                "use 1..=4096",
             ),
         ];
         for (line, path, needle) in cases {
