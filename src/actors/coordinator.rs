@@ -22,7 +22,8 @@ use crate::contract::HandleRef;
 use crate::contract::{Item, Source, TurnRequest, TurnResponse, VersionSource};
 use crate::fixtures::{fixture_answer, fixture_by_value};
 use crate::gate::Invocation;
-use crate::handles::{HandleMaterial, HandleStore};
+use crate::handles::store::new_id;
+use crate::handles::{self, HandleMaterial, HandleStore, item_bytes};
 use crate::kernel::{self, HandleSink, Rendering};
 use crate::outcome::{CallFacts, Failure, Outcome};
 use crate::project::{MAX_BUDGET_BYTES, MIN_BUDGET_BYTES};
@@ -186,10 +187,7 @@ async fn run_turn(
     let answered = called.assemble(Rendering {
         max_bytes,
         nonce: &kernel::random_nonce(),
-        handles: &mut StoreSink {
-            store: &registry.handles,
-            tenant: &tenant.id,
-        },
+        handles: &mut StoreSink::new(&registry.handles, &tenant.id),
         locators: Some(&registry.digest_key),
     });
     let turn_id = uuid::Uuid::now_v7().to_string();
@@ -388,18 +386,57 @@ async fn invoke_live(
     (outcome, version_source)
 }
 
-/// Registers items that do not fit in the tenant's handle store.
+/// Keeps the items a turn returns behind handles in the tenant's share of the handle
+/// store. Offers only decide an id; the kernel has the sink keep exactly the handles the
+/// final text references, so an item dropped for budget after all never takes room in
+/// the store (nor evicts anything to make it).
 struct StoreSink<'a> {
     store: &'a HandleStore,
     tenant: &'a str,
+    /// Handles offered and not withdrawn, with their bytes: together they must fit the
+    /// tenant's share, or keeping the last would evict the first of the same turn.
+    offered: Vec<(String, usize)>,
+}
+
+impl<'a> StoreSink<'a> {
+    fn new(store: &'a HandleStore, tenant: &'a str) -> Self {
+        StoreSink {
+            store,
+            tenant,
+            offered: Vec::new(),
+        }
+    }
 }
 
 impl HandleSink for StoreSink<'_> {
     fn offer(&mut self, _layer: &str, _provider: &str, item: &Item) -> Option<HandleRef> {
-        self.store
-            .register(self.tenant, HandleMaterial::Items(vec![item.clone()]), std::time::Instant::now())
-            .inspect_err(|error| tracing::warn!(tenant = %self.tenant, error = %error, "handle not registered"))
-            .ok()
+        let bytes = item_bytes(item);
+        let offered: usize = self.offered.iter().map(|(_, bytes)| bytes).sum();
+        if offered + bytes > self.store.tenant_cap() {
+            // Declined: the item is truncated or dropped like any other.
+            return None;
+        }
+        let id = new_id();
+        self.offered.push((id.clone(), bytes));
+        Some(HandleRef {
+            id,
+            version: handles::store::VERSION,
+        })
+    }
+
+    fn withdraw(&mut self, handle: &HandleRef) {
+        self.offered.retain(|(id, _)| *id != handle.id);
+    }
+
+    fn keep(&mut self, handle: &HandleRef, item: &Item) {
+        let material = HandleMaterial::Items(vec![item.clone()]);
+        let now = std::time::Instant::now();
+        if let Err(error) = self
+            .store
+            .register_as(self.tenant, &handle.id, material, now)
+        {
+            tracing::warn!(tenant = %self.tenant, error = %error, "handle not registered");
+        }
     }
 }
 

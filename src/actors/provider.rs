@@ -16,7 +16,9 @@ use crate::providers::Implementation;
 use crate::resilience::breaker::{
     Admission, Breaker, BreakerSnapshot, BreakerState, CallResult, Ticket, Transition,
 };
+use crate::telemetry::metrics::{ProviderBound, ProviderStateObserved};
 use actix::prelude::*;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -41,6 +43,33 @@ pub(crate) struct ProviderGate {
     binding_version: Option<String>,
     /// The version the last successful `describe` reported.
     described_version: Mutex<Option<String>>,
+    /// Calls in flight as last published. The gauges are shared with the provider id's
+    /// other gates (other tenants'), so a gate publishes changes, never values; only
+    /// written under the breaker's lock, so its changes arrive in order.
+    published_in_flight: AtomicUsize,
+    /// The circuit state as last published ([`NOT_PUBLISHED`] before the first time);
+    /// under the breaker's lock too.
+    published_circuit: AtomicU8,
+}
+
+/// `published_circuit` before the gate's first publication.
+const NOT_PUBLISHED: u8 = u8::MAX;
+
+fn circuit_code(state: BreakerState) -> u8 {
+    match state {
+        BreakerState::Closed => 0,
+        BreakerState::Open => 1,
+        BreakerState::HalfOpen => 2,
+    }
+}
+
+fn circuit_of(code: u8) -> Option<BreakerState> {
+    match code {
+        0 => Some(BreakerState::Closed),
+        1 => Some(BreakerState::Open),
+        2 => Some(BreakerState::HalfOpen),
+        _ => None,
+    }
 }
 
 /// Permission to make one lookup: the implementation handle, a concurrency permit (held
@@ -70,17 +99,24 @@ impl ProviderGate {
         implementation: Implementation,
         binding: &crate::config::ProviderBinding,
     ) -> Self {
-        ProviderGate {
+        let now = Instant::now();
+        let gate = ProviderGate {
             tenant: tenant.to_owned(),
             provider: provider.to_owned(),
             implementation,
             timeout: binding.timeout,
             permits: Arc::new(Semaphore::new(binding.max_concurrency)),
             max_concurrency: binding.max_concurrency,
-            breaker: Mutex::new(Breaker::new(binding.circuit, Instant::now())),
+            breaker: Mutex::new(Breaker::new(binding.circuit, now)),
             binding_version: binding.version.clone(),
             described_version: Mutex::new(None),
-        }
+            published_in_flight: AtomicUsize::new(0),
+            published_circuit: AtomicU8::new(NOT_PUBLISHED),
+        };
+        // Its series exist from start-up: calls at zero, a closed circuit, none in flight.
+        ProviderBound { tenant, provider }.emit();
+        gate.observed(now);
+        gate
     }
 
     fn breaker(&self) -> std::sync::MutexGuard<'_, Breaker> {
@@ -144,15 +180,24 @@ impl ProviderGate {
         self.max_concurrency - self.permits.available_permits()
     }
 
-    /// Publishes calls in flight and the circuit state as gauges.
+    /// Publishes what changed of calls in flight and the circuit state since the last
+    /// publication, under the breaker's lock.
     fn observed(&self, now: Instant) {
-        crate::telemetry::metrics::ProviderStateObserved {
+        let breaker = self.breaker();
+        let circuit = breaker.state(now);
+        let in_flight = self.in_flight();
+        let before_in_flight = self.published_in_flight.swap(in_flight, Ordering::Relaxed);
+        let before_circuit = self
+            .published_circuit
+            .swap(circuit_code(circuit), Ordering::Relaxed);
+        ProviderStateObserved {
             tenant: &self.tenant,
             provider: &self.provider,
-            in_flight: self.in_flight(),
-            circuit: self.breaker().state(now).as_gauge(),
+            in_flight: (before_in_flight, in_flight),
+            circuit: (circuit_of(before_circuit), circuit),
         }
         .emit();
+        drop(breaker);
     }
 
     fn log_transition(&self, transition: Transition) {
@@ -305,6 +350,10 @@ mod tests {
     use crate::providers::http::HttpProvider;
 
     fn gate(max_concurrency: usize, circuit: CircuitSettings) -> ProviderGate {
+        gate_of("acme", max_concurrency, circuit)
+    }
+
+    fn gate_of(tenant: &str, max_concurrency: usize, circuit: CircuitSettings) -> ProviderGate {
         let endpoint = url::Url::parse("http://127.0.0.1:9/context").unwrap();
         let implementation = Implementation::Http(
             HttpProvider::new(
@@ -330,7 +379,41 @@ mod tests {
             retention_ttl: Duration::from_secs(60),
             version: Some("v7".into()),
         };
-        ProviderGate::new("acme", "crm", implementation, &binding)
+        ProviderGate::new(tenant, "crm", implementation, &binding)
+    }
+
+    #[test]
+    fn one_tenants_open_circuit_is_not_closed_by_anothers_calls() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let circuit = CircuitSettings {
+            consecutive_failures: 1,
+            ..CircuitSettings::default()
+        };
+        metrics::with_local_recorder(&recorder, || {
+            let acme = gate_of("acme", 8, circuit);
+            let globex = gate_of("globex", 8, circuit);
+            let grant = acme.acquire().unwrap();
+            drop(grant.permit);
+            acme.report(grant.ticket, CallResult::Failure);
+            assert_eq!(acme.acquire().err(), Some(Refusal::CircuitOpen));
+            // globex's calls succeed afterwards, while acme's circuit stays open.
+            for _ in 0..3 {
+                let grant = globex.acquire().unwrap();
+                drop(grant.permit);
+                globex.report(grant.ticket, CallResult::Success);
+            }
+            let _held = globex.acquire().unwrap();
+            let text = handle.render();
+            for expected in [
+                "ctxd_provider_circuits{provider=\"crm\",state=\"open\"} 1\n",
+                "ctxd_provider_circuits{provider=\"crm\",state=\"closed\"} 1\n",
+                "ctxd_provider_in_flight{provider=\"crm\"} 1\n",
+            ] {
+                assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+            }
+            assert!(!text.contains("ctxd_provider_circuit_state"), "{text}");
+        });
     }
 
     #[test]

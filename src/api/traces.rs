@@ -11,8 +11,9 @@ use crate::actors::Registry;
 use crate::api::ApiState;
 use crate::contract::{LayerStatus, ProviderStatus};
 use crate::telemetry::metrics::ReplayRateLimited;
-use crate::trace::query::{SearchQuery, decode_cursor};
-use crate::trace::store::ReaderCheckout;
+use crate::trace::cursor::is_cursor_shaped;
+use crate::trace::query::SearchQuery;
+use crate::trace::store::{ReaderCheckout, StoreError};
 use crate::turn::replay::{ReplayError, replay_from_store};
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
@@ -72,8 +73,10 @@ pub(crate) fn parse_search(query: &str, tenant: &str) -> Result<SearchQuery, Api
                     })?;
             }
             "cursor" => {
-                decode_cursor(&value)
-                    .map_err(|_| bad("cursor", "is not a cursor this server issued"))?;
+                // Its shape here; the store opens it, for this tenant and these filters.
+                if !is_cursor_shaped(&value) {
+                    return Err(invalid_cursor());
+                }
                 search.cursor = Some(value);
             }
             other => {
@@ -85,6 +88,14 @@ pub(crate) fn parse_search(query: &str, tenant: &str) -> Result<SearchQuery, Api
         }
     }
     Ok(search)
+}
+
+/// A cursor this server did not issue for this tenant and these filters.
+fn invalid_cursor() -> ApiError {
+    bad(
+        "cursor",
+        "is not a cursor this server issued for this search: pass nextCursor unchanged, with the same filters",
+    )
 }
 
 fn parse_enum<T: for<'de> Deserialize<'de>>(field: &str, value: &str) -> Result<T, ApiError> {
@@ -129,7 +140,10 @@ async fn search(
     let page = web::block(move || checkout.reader()?.search(&query))
         .await
         .map_err(store_failure)?
-        .map_err(store_failure)?;
+        .map_err(|error| match error {
+            StoreError::InvalidCursor => invalid_cursor(),
+            other => store_failure(other),
+        })?;
     Ok(HttpResponse::Ok().json(json!({"traces": page.traces, "nextCursor": page.next_cursor})))
 }
 
@@ -231,8 +245,9 @@ mod tests {
 
     #[test]
     fn search_parameters_parse() {
+        let cursor = "0a".repeat(48);
         let query = parse_search(
-            "provider=crm&providerStatus=TIMEOUT&layer=profile&status=UNAVAILABLE&since=2026-11-30T10:00:00Z&until=1764500000000&limit=10&cursor=00000000000000ff",
+            &format!("provider=crm&providerStatus=TIMEOUT&layer=profile&status=UNAVAILABLE&since=2026-11-30T10:00:00Z&until=1764500000000&limit=10&cursor={cursor}"),
             "acme",
         )
         .unwrap();
@@ -243,7 +258,7 @@ mod tests {
         assert_eq!(query.since_ms, Some(1_796_032_800_000));
         assert_eq!(query.until_ms, Some(1_764_500_000_000));
         assert_eq!(query.limit, 10);
-        assert_eq!(query.cursor.as_deref(), Some("00000000000000ff"));
+        assert_eq!(query.cursor.as_deref(), Some(cursor.as_str()));
         assert_eq!(
             parse_search("status=EMPTY", "acme").unwrap().layer_status,
             Some(LayerStatus::Empty)
@@ -267,5 +282,10 @@ mod tests {
         );
         assert_eq!(error_field("status=SOMETIMES").as_deref(), Some("status"));
         assert_eq!(error_field("cursor=zz").as_deref(), Some("cursor"));
+        // A bare row number is no cursor.
+        assert_eq!(
+            error_field("cursor=00000000000000ff").as_deref(),
+            Some("cursor")
+        );
     }
 }

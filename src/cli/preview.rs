@@ -1,5 +1,8 @@
-//! `ctxd preview PROJECT.json --input k=v …`: render one turn from fixtures.
+//! `ctxd preview PROJECT.json --input k=v …`: render one turn from fixtures. Statuses and
+//! reasons are spelled as the API spells them; every id and text from the Project or
+//! its fixtures is escaped (`output::printable`).
 
+use super::output::{printable, printable_lines};
 use crate::fixtures::{PreviewRequest, preview};
 use anyhow::Context;
 use clap::Args;
@@ -53,14 +56,15 @@ fn human(result: &crate::fixtures::PreviewResult) -> String {
     let _ = writeln!(
         out,
         "project {} (build {}) — source TEST_FIXTURE",
-        result.project, result.build_digest
+        printable(&result.project),
+        result.build_digest
     );
     let _ = writeln!(out, "\nlayers:");
     for layer in &turn.layers {
         let _ = writeln!(
             out,
-            "  {:<24} {:<14} {:?}{}",
-            layer.id,
+            "  {:<24} {:<14} {}{}",
+            printable(&layer.id),
             layer.status.as_str(),
             layer.reason,
             if layer.required { "  (required)" } else { "" }
@@ -72,13 +76,13 @@ fn human(result: &crate::fixtures::PreviewResult) -> String {
             let _ = writeln!(
                 out,
                 "  {:<24} {:<14} items={}{}",
-                provider.id,
+                printable(&provider.id),
                 provider.status.as_str(),
                 provider.items,
                 provider
                     .detail
                     .as_deref()
-                    .map(|d| format!(" detail={d}"))
+                    .map(|d| format!(" detail={}", printable(d)))
                     .unwrap_or_default()
             );
         }
@@ -87,14 +91,15 @@ fn human(result: &crate::fixtures::PreviewResult) -> String {
         let _ = writeln!(
             out,
             "\nwarning {}: provider {} has no fixture for this value",
-            warning.code, warning.provider
+            warning.code,
+            printable(&warning.provider)
         );
     }
     if turn.blocked {
         let _ = writeln!(
             out,
             "\nBLOCKED by required layer(s): {}",
-            turn.blocking_layers.join(", ")
+            printable(&turn.blocking_layers.join(", "))
         );
     } else {
         let _ = writeln!(
@@ -106,7 +111,9 @@ fn human(result: &crate::fixtures::PreviewResult) -> String {
             turn.cuts.len()
         );
         let _ = writeln!(out, "\n----- rendered context -----");
-        out.push_str(turn.rendered.as_deref().unwrap_or_default());
+        out.push_str(&printable_lines(
+            turn.rendered.as_deref().unwrap_or_default(),
+        ));
         let _ = writeln!(out, "----- end -----");
     }
     out

@@ -3,7 +3,7 @@
 //! written. Exit 0 when the replay is exact and renders the recorded digest, 1 when it
 //! is not, 2 on errors.
 
-use super::output::yes_no;
+use super::output::{printable, yes_no};
 use crate::config::{DigestKeySource, EnvVars, ServerConfig};
 use crate::trace::DigestKey;
 use crate::trace::store::TraceReader;
@@ -88,13 +88,14 @@ fn locate(args: &ReplayArgs, env: &EnvVars) -> anyhow::Result<(PathBuf, DigestKe
     Ok((store, key))
 }
 
-/// The key as `serve` resolves it, except that a replay never creates one: a new key
-/// could verify nothing, and the store is only read.
-fn digest_key(source: &DigestKeySource, env: &EnvVars) -> anyhow::Result<DigestKey> {
+/// The key as `serve` resolves it, except that a reader never creates one: a new key
+/// could verify nothing (a replay) and open no cursor (`traces search`), and the store
+/// is only read.
+pub(super) fn digest_key(source: &DigestKeySource, env: &EnvVars) -> anyhow::Result<DigestKey> {
     let key_file = source.key_file();
     if env.get(&source.env_name).is_none() && source.generate && !key_file.is_file() {
         bail!(
-            "no digest key: {} is not set and there is no generated key at {}; a replay needs the key the turn was recorded with",
+            "no digest key: {} is not set and there is no generated key at {}; the store's key is needed",
             source.env_name,
             key_file.display()
         );
@@ -104,7 +105,7 @@ fn digest_key(source: &DigestKeySource, env: &EnvVars) -> anyhow::Result<DigestK
 
 fn human(result: &ReplayResult) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "turn {}", result.turn_id);
+    let _ = writeln!(out, "turn {}", printable(&result.turn_id));
     let _ = writeln!(out, "exact: {}", yes_no(result.exact));
     let _ = writeln!(
         out,
@@ -130,7 +131,7 @@ fn human(result: &ReplayResult) -> String {
             let detail = provider
                 .detail
                 .as_deref()
-                .map(|d| format!(" detail={d}"))
+                .map(|d| format!(" detail={}", printable(d)))
                 .unwrap_or_default();
             let recorded = match provider.original_status {
                 Some(original) if original != provider.status => {
@@ -140,7 +141,7 @@ fn human(result: &ReplayResult) -> String {
             };
             let line = format!(
                 "  {:<24} {:<28} {:<16}{detail}{recorded}",
-                provider.id,
+                printable(&provider.id),
                 provider.replay.as_str(),
                 provider.status.as_str(),
             );
@@ -156,8 +157,8 @@ fn human(result: &ReplayResult) -> String {
         };
         let _ = writeln!(
             out,
-            "  {:<24} {:<14} {:?}{changed}",
-            layer.id,
+            "  {:<24} {:<14} {}{changed}",
+            printable(&layer.id),
             layer.status.as_str(),
             layer.reason,
         );
@@ -347,5 +348,49 @@ mod tests {
             .unwrap();
         assert!(layer.contains("UNKNOWN"), "{layer}");
         assert!(layer.contains("(recorded INCLUDED)"), "{layer}");
+    }
+
+    #[test]
+    fn human_output_spells_reasons_as_the_api_and_escapes_stored_text() {
+        let result = ReplayResult {
+            turn_id: "t-1\nexact: yes".to_owned(),
+            exact: false,
+            rendered_digest_matches: true,
+            rendered_digest: None,
+            original_rendered_digest: None,
+            blocked: false,
+            original_blocked: false,
+            layers: vec![ReplayedLayer {
+                id: "profile\u{1b}[2J".to_owned(),
+                status: LayerStatus::Included,
+                reason: LayerReason::ProviderItems,
+                original_status: Some(LayerStatus::Included),
+                original_reason: Some(LayerReason::ProviderItems),
+            }],
+            providers: vec![ReplayedProvider {
+                id: "crm".to_owned(),
+                replay: ProviderReplay::Exact,
+                status: ProviderStatus::Timeout,
+                detail: Some("DEADLINE\u{2028}blocked: no".to_owned()),
+                original_status: Some(ProviderStatus::Timeout),
+            }],
+            rendered: None,
+        };
+        let text = human(&result);
+        assert!(text.contains("PROVIDER_ITEMS"), "{text}");
+        assert!(!text.contains("ProviderItems"), "{text}");
+        assert!(
+            text.starts_with("turn t-1\\nexact: yes\nexact: no\n"),
+            "{text}"
+        );
+        assert!(text.contains("profile\\u{1b}[2J"), "{text}");
+        assert!(
+            text.contains("detail=DEADLINE\\u{2028}blocked: no"),
+            "{text}"
+        );
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{2028}'),
+            "{text}"
+        );
     }
 }

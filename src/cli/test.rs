@@ -1,7 +1,11 @@
-//! `ctxd test PROJECT.json [--format human|json|junit]`: run the Context Tests.
+//! `ctxd test PROJECT.json [--format human|json|junit]`: run the Context Tests. The
+//! report for people spells outcomes as the JSON report and the docs do (`PASSED`,
+//! `FAILED`, `UNKNOWN`) and escapes the Project's text (`output::printable`).
 
-use crate::fixtures::{render_human, render_junit, run_tests};
+use super::output::printable;
+use crate::fixtures::{TestOutcome, TestReport, render_junit, run_tests};
 use clap::{Args, ValueEnum};
+use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -40,4 +44,103 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The report for people: one line per test with its outcome, then its failures and
+/// warnings, then the counts.
+pub(crate) fn render_human(report: &TestReport, source: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{}: project {} {} (build {})",
+        printable(source),
+        printable(&report.project),
+        printable(&report.version),
+        report.build_digest
+    );
+    for test in &report.tests {
+        let label = match test.outcome {
+            TestOutcome::Passed => "PASSED",
+            TestOutcome::Failed => "FAILED",
+            TestOutcome::Unknown => "UNKNOWN",
+        };
+        let determinism = if test.deterministic {
+            "deterministic"
+        } else {
+            "NOT deterministic"
+        };
+        let _ = writeln!(out, "  {label:<7} {}  ({determinism})", printable(&test.id));
+        for failure in &test.failures {
+            let _ = writeln!(out, "          - {}", printable(failure));
+        }
+        for warning in &test.warnings {
+            let _ = writeln!(
+                out,
+                "          warning {}: provider {} has no fixture",
+                warning.code,
+                printable(&warning.provider)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{} tests: {} passed, {} failed, {} unknown",
+        report.tests.len(),
+        report.passed,
+        report.failed,
+        report.unknown
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::project::Project;
+    use serde_json::json;
+
+    #[test]
+    fn the_report_spells_outcomes_as_the_docs_and_escapes_the_project() {
+        let doc = json!({
+            "id": "p", "version": "1",
+            "providers": [{"id": "crm", "name": "CRM", "lookup": {"input": "customerId"}}],
+            "layers": [{"id": "profile", "name": "Profile", "bindings": [{"provider": "crm"}]}],
+            "tests": [
+                {"id": "passes", "request": {"inputs": {"customerId": "C1"}},
+                 "providers": {"crm": {"items": [{"id": "C1", "content": "Gold"}]}},
+                 "expect": {"contains": ["Gold"]}},
+                {"id": "fails", "request": {"inputs": {"customerId": "C1"}},
+                 "providers": {"crm": {"items": [{"id": "C1", "content": "Gold"}]}},
+                 "expect": {"contains": ["Silver"]}},
+                {"id": "unknown", "request": {"inputs": {"customerId": "C1"}}}
+            ]
+        });
+        let project = Project::from_json(&doc.to_string()).unwrap();
+        // A file name is printed as given: escaped, it forges no report line.
+        let text = render_human(&run_tests(&project), "p\n  PASSED  forged\u{1b}[2J.json");
+        assert!(
+            text.starts_with("p\\n  PASSED  forged\\u{1b}[2J.json: project p 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n  PASSED  passes  (deterministic)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n  FAILED  fails  (deterministic)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n  UNKNOWN unknown  (deterministic)\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("forged\n") && !text.contains('\u{1b}'),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("3 tests: 1 passed, 1 failed, 1 unknown\n"),
+            "{text}"
+        );
+    }
 }

@@ -1,10 +1,16 @@
 //! `ctxd traces search …` and `ctxd traces show TURN`: read the trace store directly and
 //! read-only, as an operator. Without `--tenant` they see every tenant. The store is
-//! `[trace] store` of the server config, or `--store PATH`. No digest key is needed:
-//! records hold digests, and retained content is never shown.
+//! `[trace] store` of the server config, or `--store PATH`. Records hold digests and
+//! retained content is never shown, so only paging needs the digest key: search cursors
+//! are sealed with it, as the API's are (the key as `replay` finds it; without it a
+//! search shows its first page and says that more follow).
+//!
+//! Tables fit the terminal (`$COLUMNS`, else 100 columns): a table wider than that is
+//! printed as one record per row, and long values wrap. Every stored string is escaped
+//! (`output::printable`): a caller's objective cannot forge lines or clear the screen.
 
-use super::output::{columns, serde_name, yes_no};
-use crate::config::{ServerConfig, TraceStore as StoreLocation};
+use super::output::{printable, serde_name, table, terminal_width, wrap, yes_no};
+use crate::config::{DigestKeySource, EnvVars, ServerConfig, TraceStore as StoreLocation};
 use crate::contract::{LayerStatus, ProviderStatus};
 use crate::trace::query::{DEFAULT_LIMIT, MAX_LIMIT, SearchPage, SearchQuery, parse_time};
 use crate::trace::record::{ProviderRecord, StoredTurn, TurnRecord};
@@ -18,6 +24,8 @@ use std::time::Duration;
 
 /// The config read when neither `--config` nor `--store` is given, as for `serve`.
 const DEFAULT_CONFIG: &str = "config/ctxd.toml";
+/// The digest key's env var when only `--store` is given.
+const DEFAULT_DIGEST_KEY_ENV: &str = "CTXD_DIGEST_KEY";
 /// Width of the labels of `show` (the longest is `lookup key`).
 const LABEL_WIDTH: usize = 10;
 
@@ -77,7 +85,8 @@ pub(crate) struct SearchArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT as u16,
           value_parser = clap::value_parser!(u16).range(1..=MAX_LIMIT as i64))]
     pub(crate) limit: u16,
-    /// The next page: the cursor printed after the previous one
+    /// The next page: the cursor printed after the previous one, with the same filters
+    /// (it needs the digest key, as for `replay`)
     #[arg(long)]
     pub(crate) cursor: Option<String>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -104,24 +113,35 @@ pub(crate) enum Format {
 }
 
 pub(crate) fn run(args: &TracesArgs) -> anyhow::Result<ExitCode> {
-    run_with(args, &mut std::io::stdout().lock())
+    run_with(
+        args,
+        &EnvVars::from_process(),
+        &mut std::io::stdout().lock(),
+    )
 }
 
-/// Runs the subcommand, writing its output to `out`.
-pub(crate) fn run_with(args: &TracesArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+/// Runs the subcommand in the environment `env`, writing its output to `out`.
+pub(crate) fn run_with(
+    args: &TracesArgs,
+    env: &EnvVars,
+    out: &mut impl Write,
+) -> anyhow::Result<ExitCode> {
     match &args.command {
-        TracesCommand::Search(search) => run_search(search, out),
-        TracesCommand::Show(show) => run_show(show, out),
+        TracesCommand::Search(search) => run_search(search, env, out),
+        TracesCommand::Show(show) => run_show(show, env, out),
     }
 }
 
-fn run_search(args: &SearchArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+fn run_search(args: &SearchArgs, env: &EnvVars, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     if let (Some(since), Some(until)) = (args.since, args.until)
         && since >= until
     {
         bail!("--since {since} is not before --until {until}: the window is empty");
     }
-    let reader = open(&args.location)?;
+    let (reader, no_key) = open(&args.location, Some(env))?;
+    if let (Some(cursor), Some(why)) = (&args.cursor, &no_key) {
+        bail!("--cursor {cursor:?}: paging needs the digest key the cursor was sealed with: {why}");
+    }
     let query = SearchQuery {
         tenant: args.tenant.clone(),
         provider: args.provider.clone(),
@@ -140,15 +160,30 @@ fn run_search(args: &SearchArgs, out: &mut impl Write) -> anyhow::Result<ExitCod
         ),
         other => anyhow!(other),
     })?;
+    // More results, but no key to seal their cursor with: say so, and why.
+    let unpaged = no_key.filter(|_| page.more && page.next_cursor.is_none());
     match args.format {
-        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&page)?)?,
-        Format::Table => out.write_all(search_table(&page).as_bytes())?,
+        Format::Json => {
+            writeln!(out, "{}", serde_json::to_string_pretty(&page)?)?;
+            if let Some(why) = &unpaged {
+                eprintln!("more results follow; paging needs the digest key: {why}");
+            }
+        }
+        Format::Table => {
+            out.write_all(search_table(&page, terminal_width(env)).as_bytes())?;
+            if let Some(why) = &unpaged {
+                writeln!(
+                    out,
+                    "more results follow; paging needs the digest key: {why}"
+                )?;
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_show(args: &ShowArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
-    let reader = open(&args.location)?;
+fn run_show(args: &ShowArgs, env: &EnvVars, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+    let (reader, _) = open(&args.location, None)?;
     let Some(stored) = reader.turn(args.tenant.as_deref(), &args.turn)? else {
         match &args.tenant {
             Some(tenant) => bail!(
@@ -165,24 +200,34 @@ fn run_show(args: &ShowArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     };
     match args.format {
         Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&stored)?)?,
-        Format::Table => out.write_all(show_table(&stored).as_bytes())?,
+        Format::Table => out.write_all(show_table(&stored, terminal_width(env)).as_bytes())?,
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens the store read-only: `--store`, else `[trace] store` of the config.
-fn open(location: &StoreArgs) -> anyhow::Result<TraceReader> {
-    let path = match &location.store {
-        Some(store) => super::store_file(store),
+/// Opens the store read-only: `--store`, else `[trace] store` of the config. With `env`,
+/// with the store's digest key too when this machine has it; the second value says why
+/// it does not.
+fn open(
+    location: &StoreArgs,
+    env: Option<&EnvVars>,
+) -> anyhow::Result<(TraceReader, Option<String>)> {
+    let (path, key_source) = match &location.store {
+        Some(store) => {
+            let path = super::store_file(store);
+            let key_source = DigestKeySource::beside(&path, DEFAULT_DIGEST_KEY_ENV, true);
+            (path, key_source)
+        }
         None => {
             let config = location
                 .config
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
             let server = ServerConfig::load(&config).map_err(|e| anyhow!("{e}"))?;
-            match &server.trace.store {
+            let path = match &server.trace.store {
                 StoreLocation::Sqlite(path) => path.clone(),
-            }
+            };
+            (path, server.trace.digest_key_source())
         }
     };
     // A reader never creates a store; say which file is missing, and how it was chosen.
@@ -203,7 +248,14 @@ fn open(location: &StoreArgs) -> anyhow::Result<TraceReader> {
             path.display()
         );
     }
-    TraceReader::open(&path, None).context("cannot read traces")
+    let key = match env.map(|env| super::replay::digest_key(&key_source, env)) {
+        Some(Ok(key)) => Ok(Some(key)),
+        Some(Err(why)) => Err(format!("{why:#}")),
+        None => Ok(None),
+    };
+    let reader = TraceReader::open(&path, key.as_ref().ok().and_then(Option::as_ref))
+        .context("cannot read traces")?;
+    Ok((reader, key.err()))
 }
 
 fn parse_provider_status(text: &str) -> Result<ProviderStatus, String> {
@@ -226,7 +278,7 @@ fn parse_layer_status(text: &str) -> Result<LayerStatus, String> {
         })
 }
 
-fn search_table(page: &SearchPage) -> String {
+fn search_table(page: &SearchPage, width: usize) -> String {
     if page.traces.is_empty() {
         return "no traces match\n".to_owned();
     }
@@ -258,7 +310,7 @@ fn search_table(page: &SearchPage) -> String {
             providers.join(" "),
         ]);
     }
-    let mut out = columns(&rows, "");
+    let mut out = table(&rows, "", width);
     match &page.next_cursor {
         Some(cursor) => out.push_str(&format!("next page: --cursor {cursor}\n")),
         None => out.push_str("no more results\n"),
@@ -266,19 +318,20 @@ fn search_table(page: &SearchPage) -> String {
     out
 }
 
-fn show_table(stored: &StoredTurn) -> String {
-    let mut out = turn_section(&stored.turn);
+/// One turn for people, within `width` columns.
+fn show_table(stored: &StoredTurn, width: usize) -> String {
+    let mut out = turn_section(&stored.turn, width);
     out.push_str("\nproviders\n");
     if stored.providers.is_empty() {
         out.push_str("  (none reached)\n");
     }
     for provider in &stored.providers {
-        out.push_str(&provider_section(provider));
+        out.push_str(&provider_section(provider, width));
     }
     out
 }
 
-fn turn_section(turn: &TurnRecord) -> String {
+fn turn_section(turn: &TurnRecord, width: usize) -> String {
     let optional = |value: &Option<String>| value.clone().unwrap_or_else(|| "-".to_owned());
     let mut facts = vec![
         ("tenant", turn.tenant.clone()),
@@ -329,8 +382,8 @@ fn turn_section(turn: &TurnRecord) -> String {
     for input in &turn.inputs {
         facts.push(("input", format!("{} {}", input.key, input.digest)));
     }
-    let mut out = format!("turn {}\n", turn.turn_id);
-    out.push_str(&labelled(&facts, "  "));
+    let mut out = format!("turn {}\n", printable(&turn.turn_id));
+    out.push_str(&labelled(&facts, "  ", width));
 
     out.push_str("\nlayers\n");
     if turn.layers.is_empty() {
@@ -352,13 +405,13 @@ fn turn_section(turn: &TurnRecord) -> String {
             rows.push(vec![
                 layer.id.clone(),
                 layer.status.as_str().to_owned(),
-                serde_name(&layer.reason),
+                layer.reason.as_str().to_owned(),
                 yes_no(layer.required).to_owned(),
                 dash_join(&layer.providers),
                 dash_join(&layer.missing_inputs),
             ]);
         }
-        out.push_str(&columns(&rows, "  "));
+        out.push_str(&table(&rows, "  ", width));
     }
 
     out.push_str("\nselections\n");
@@ -387,7 +440,7 @@ fn turn_section(turn: &TurnRecord) -> String {
                 yes_no(selection.truncated).to_owned(),
             ]);
         }
-        out.push_str(&columns(&rows, "  "));
+        out.push_str(&table(&rows, "  ", width));
     }
 
     if !turn.cuts.is_empty() {
@@ -414,7 +467,7 @@ fn turn_section(turn: &TurnRecord) -> String {
                 cut.bytes_after.to_string(),
             ]);
         }
-        out.push_str(&columns(&rows, "  "));
+        out.push_str(&table(&rows, "  ", width));
     }
     out
 }
@@ -427,8 +480,8 @@ fn dash_join(values: &[String]) -> String {
     }
 }
 
-fn provider_section(record: &ProviderRecord) -> String {
-    let mut heading = format!("  {}: {}", record.provider, record.status);
+fn provider_section(record: &ProviderRecord, width: usize) -> String {
+    let mut heading = format!("  {}: {}", printable(&record.provider), record.status);
     let mut labels = Vec::new();
     if let Some(source) = record.source {
         labels.push(source.as_str().to_owned());
@@ -483,20 +536,21 @@ fn provider_section(record: &ProviderRecord) -> String {
     }
     facts.push(("items", record.item_count.to_string()));
     let mut out = format!("{heading}\n");
-    out.push_str(&labelled(&facts, "    "));
+    out.push_str(&labelled(&facts, "    ", width));
     if !record.items.is_empty() {
-        let rows: Vec<Vec<String>> = record
-            .items
-            .iter()
-            .map(|item| {
-                vec![
-                    item.locator.clone(),
-                    item.fingerprint.clone(),
-                    format!("{} bytes", item.bytes),
-                ]
-            })
-            .collect();
-        out.push_str(&columns(&rows, "      "));
+        let mut rows = vec![
+            ["LOCATOR", "FINGERPRINT", "BYTES"]
+                .map(str::to_owned)
+                .to_vec(),
+        ];
+        rows.extend(record.items.iter().map(|item| {
+            vec![
+                item.locator.clone(),
+                item.fingerprint.clone(),
+                item.bytes.to_string(),
+            ]
+        }));
+        out.push_str(&table(&rows, "      ", width));
     }
     let mut after = Vec::new();
     if let Some(digest) = &record.material_digest {
@@ -515,15 +569,22 @@ fn provider_section(record: &ProviderRecord) -> String {
             }
         ),
     ));
-    out.push_str(&labelled(&after, "    "));
+    out.push_str(&labelled(&after, "    ", width));
     out
 }
 
-/// `label  value` lines, labels padded to one width so sections line up.
-fn labelled(facts: &[(&str, String)], indent: &str) -> String {
+/// `label  value` lines, labels padded to one width so sections line up; values escaped
+/// and wrapped at spaces to fit `width`, continued under the value column.
+fn labelled(facts: &[(&str, String)], indent: &str, width: usize) -> String {
     let mut out = String::new();
+    let value_column = indent.len() + LABEL_WIDTH + 2;
+    let room = width.saturating_sub(value_column).max(20);
     for (label, value) in facts {
-        out.push_str(&format!("{indent}{label:<LABEL_WIDTH$}  {value}\n"));
+        let lines = wrap(&printable(value), room);
+        for (i, line) in lines.iter().enumerate() {
+            let label = if i == 0 { label } else { "" };
+            out.push_str(&format!("{indent}{label:<LABEL_WIDTH$}  {line}\n"));
+        }
     }
     out
 }
@@ -531,6 +592,7 @@ fn labelled(facts: &[(&str, String)], indent: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::output::DEFAULT_WIDTH;
     use crate::contract::{LayerStatus as L, ProviderStatus as P};
     use crate::trace::store::TraceStore;
     use crate::trace::store::testing::{key, simple};
@@ -547,41 +609,55 @@ mod tests {
         dir: tempfile::TempDir,
     }
 
+    /// The bytes of `testing::key()`, which wrote the store.
+    const KEY_BYTES: &[u8] = b"test-key-test-key-test-key-test-key!";
+
     impl Fixture {
         /// A store at `data/traces.db` and a config at `config/ctxd.toml` naming it.
         fn new() -> Fixture {
+            let k = key();
+            Fixture::with(&[
+                simple(
+                    &k,
+                    "turn-a1",
+                    "acme",
+                    1_000,
+                    &[("crm", P::Ok), ("orders", P::Timeout)],
+                    &[("profile", L::Included)],
+                ),
+                simple(
+                    &k,
+                    "turn-g1",
+                    "globex",
+                    2_000,
+                    &[("crm", P::Timeout)],
+                    &[("profile", L::Unavailable)],
+                ),
+                simple(
+                    &k,
+                    "turn-a2",
+                    "acme",
+                    3_000,
+                    &[("crm", P::Timeout)],
+                    &[("profile", L::Unavailable)],
+                ),
+            ])
+        }
+
+        /// A fixture whose store holds `traces`.
+        fn with(traces: &[crate::trace::record::TurnTrace]) -> Fixture {
             let dir = tempfile::tempdir().unwrap();
             let store = dir.path().join("data/traces.db");
             let mut writer = TraceStore::open(&store, &key()).unwrap();
-            let k = key();
-            writer
-                .write_batch(&[
-                    simple(
-                        &k,
-                        "turn-a1",
-                        "acme",
-                        1_000,
-                        &[("crm", P::Ok), ("orders", P::Timeout)],
-                        &[("profile", L::Included)],
-                    ),
-                    simple(
-                        &k,
-                        "turn-g1",
-                        "globex",
-                        2_000,
-                        &[("crm", P::Timeout)],
-                        &[("profile", L::Unavailable)],
-                    ),
-                    simple(
-                        &k,
-                        "turn-a2",
-                        "acme",
-                        3_000,
-                        &[("crm", P::Timeout)],
-                        &[("profile", L::Unavailable)],
-                    ),
-                ])
-                .unwrap();
+            writer.write_batch(traces).unwrap();
+            // The store's key, where `serve` keeps a generated one: it seals cursors.
+            std::fs::write(
+                dir.path()
+                    .join("data")
+                    .join(crate::trace::digest::GENERATED_KEY_FILE),
+                KEY_BYTES,
+            )
+            .unwrap();
             std::fs::create_dir_all(dir.path().join("config")).unwrap();
             std::fs::write(
                 dir.path().join("config/ctxd.toml"),
@@ -613,6 +689,7 @@ mod tests {
                 &TracesArgs {
                     command: parsed.command,
                 },
+                &EnvVars::default(),
                 &mut out,
             )
             .map_err(|e| format!("{e:#}"))?;
@@ -680,17 +757,19 @@ mod tests {
                 "search",
                 "--store",
                 &store,
+                "--provider",
+                "crm",
                 "--provider-status",
                 "TIMEOUT",
                 "--cursor",
                 &cursor,
             ])
             .unwrap();
+        assert!(next.contains("turn-g1"), "{next}");
         assert!(
-            next.contains("turn-g1") && next.contains("turn-a1"),
+            !next.contains("turn-a2") && !next.contains("turn-a1"),
             "{next}"
         );
-        assert!(!next.contains("turn-a2"), "{next}");
         let acme = fixture
             .run(&[
                 "search",
@@ -737,6 +816,80 @@ mod tests {
             .run(&["search", "--store", &store, "--tenant", "initech"])
             .unwrap();
         assert_eq!(none, "no traces match\n");
+    }
+
+    #[test]
+    fn a_cursor_continues_only_its_own_search() {
+        let fixture = Fixture::new();
+        let store = fixture.store();
+        let first = fixture
+            .run(&["search", "--store", &store, "--limit", "1"])
+            .unwrap();
+        let cursor = first
+            .lines()
+            .find_map(|line| line.strip_prefix("next page: --cursor "))
+            .unwrap_or_else(|| panic!("{first}"))
+            .to_owned();
+        assert!(
+            !cursor.contains(&format!("{:016x}", 3)),
+            "no row number shows"
+        );
+        // Same search, another page size: it continues.
+        let next = fixture
+            .run(&["search", "--store", &store, "--cursor", &cursor])
+            .unwrap();
+        assert!(
+            next.contains("turn-g1") && !next.contains("turn-a2"),
+            "{next}"
+        );
+        // Another tenant scope or other filters: refused, naming the flag.
+        for other in [
+            &["--tenant", "acme"][..],
+            &["--provider", "crm"],
+            &["--since", "1"],
+        ] {
+            let mut args = vec!["search", "--store", store.as_str(), "--cursor", &cursor];
+            args.extend_from_slice(other);
+            let error = fixture.run(&args).unwrap_err();
+            assert!(
+                error.contains("--cursor") && error.contains("not one this search issued"),
+                "{other:?}: {error}"
+            );
+        }
+        // A forged row number is no cursor.
+        let error = fixture
+            .run(&["search", "--store", &store, "--cursor", "0000000000000002"])
+            .unwrap_err();
+        assert!(error.contains("--cursor"), "{error}");
+    }
+
+    #[test]
+    fn without_the_digest_key_a_search_says_more_follow() {
+        let fixture = Fixture::new();
+        let store = fixture.store();
+        std::fs::remove_file(
+            fixture
+                .dir
+                .path()
+                .join("data")
+                .join(crate::trace::digest::GENERATED_KEY_FILE),
+        )
+        .unwrap();
+        let first = fixture
+            .run(&["search", "--store", &store, "--limit", "1"])
+            .unwrap();
+        assert!(first.contains("turn-a2"), "{first}");
+        assert!(
+            first.contains("more results follow; paging needs the digest key: no digest key"),
+            "{first}"
+        );
+        let error = fixture
+            .run(&["search", "--store", &store, "--cursor", &"0a".repeat(48)])
+            .unwrap_err();
+        assert!(
+            error.contains("paging needs the digest key the cursor was sealed with"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -889,6 +1042,106 @@ mod tests {
             ])
             .unwrap_err();
         assert!(error.contains("none.toml"), "{error}");
+    }
+
+    /// A turn as the demo records one: long ids, items behind keyed locators, and an
+    /// objective a caller chose.
+    fn demo_like_turn(objective: &str) -> crate::trace::record::TurnTrace {
+        use crate::trace::store::testing::{ProviderSpec, item, turn};
+        let items = (0..3)
+            .map(|i| item(&format!("CUST-104{i}"), "Profile", "Gold tier since 2020"))
+            .collect();
+        let mut trace = turn(
+            &key(),
+            "0195a3c2-7f41-7d2e-9b8a-4c1d2e3f4a5b",
+            "acme",
+            1_764_500_000_000,
+            &[
+                ProviderSpec::new("customer-data", P::Ok).items(items),
+                ProviderSpec::new("open-tickets", P::Timeout),
+            ],
+            &[
+                ("customer-profile", L::Included),
+                ("open-tickets", L::Unavailable),
+            ],
+        );
+        trace.turn.objective = Some(objective.to_owned());
+        trace
+    }
+
+    #[test]
+    fn show_escapes_what_callers_stored() {
+        let hostile = "billing\ntenant      alpha\n\u{1b}[2Jblocked     yes\u{2028}\r";
+        let fixture = Fixture::with(&[demo_like_turn(hostile)]);
+        let out = fixture
+            .run(&[
+                "show",
+                "0195a3c2-7f41-7d2e-9b8a-4c1d2e3f4a5b",
+                "--store",
+                &fixture.store(),
+            ])
+            .unwrap();
+        assert!(
+            out.contains("  objective   billing\\ntenant      alpha\\n\\u{1b}[2Jblocked     yes\\u{2028}\\r\n"),
+            "{out}"
+        );
+        assert!(
+            !out.lines()
+                .any(|l| l.starts_with("tenant") || l.starts_with("blocked")),
+            "{out}"
+        );
+        assert!(!out.contains('\u{1b}') && !out.contains('\u{2028}') && !out.contains('\r'));
+        // Reasons as the API spells them.
+        assert!(
+            out.contains("PROVIDER_ITEMS") && !out.contains("ProviderItems"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn show_fits_the_terminal() {
+        let fixture = Fixture::with(&[demo_like_turn("support")]);
+        let show = |columns: Option<&str>| {
+            let parsed = TracesCli::try_parse_from([
+                "traces",
+                "show",
+                "0195a3c2-7f41-7d2e-9b8a-4c1d2e3f4a5b",
+                "--store",
+                &fixture.store(),
+            ])
+            .unwrap();
+            let env: EnvVars = columns.map(|c| ("COLUMNS", c)).into_iter().collect();
+            let mut out = Vec::new();
+            run_with(
+                &TracesArgs {
+                    command: parsed.command,
+                },
+                &env,
+                &mut out,
+            )
+            .unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        for (columns, width) in [(None, DEFAULT_WIDTH), (Some("80"), 80)] {
+            let out = show(columns);
+            for line in out.lines() {
+                // Only a single word longer than the room left runs over: a digest.
+                let single_value = line.split_whitespace().count() <= 2;
+                assert!(
+                    line.chars().count() <= width || (width < DEFAULT_WIDTH && single_value),
+                    "{width}: {line:?}\n{out}"
+                );
+            }
+            // The selections became records, each column a line.
+            assert!(out.contains("  FINGERPRINT  sha256:"), "{out}");
+        }
+        // On a wide terminal the selections stay a table.
+        let wide = show(Some("250"));
+        assert!(
+            wide.lines()
+                .any(|l| l.starts_with("  LAYER") && l.contains("FINGERPRINT")),
+            "{wide}"
+        );
     }
 
     #[test]

@@ -255,6 +255,7 @@ struct RawMetrics {
 struct RawHandles {
     ttl: Option<String>,
     max_total_bytes: Option<i64>,
+    max_tenant_bytes: Option<i64>,
     max_tombstones: Option<i64>,
     default_max_results: Option<i64>,
     max_results_cap: Option<i64>,
@@ -311,8 +312,13 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<ServerConfig, 
         .and_then(|raw| check_metrics(&mut problems, raw));
     let limits = optional_section::<RawLimits>(&mut problems, &mut table, "limits")
         .and_then(|raw| check_limits(&mut problems, raw));
+    // Each tenant's default share of the handle store is an equal part of it.
+    let tenant_count = match table.get("tenants") {
+        Some(toml::Value::Array(entries)) => entries.len(),
+        _ => 0,
+    };
     let handles = optional_section::<RawHandles>(&mut problems, &mut table, "handles")
-        .and_then(|raw| check_handles(&mut problems, raw));
+        .and_then(|raw| check_handles(&mut problems, raw, tenant_count));
     let tenants = check_tenants(&mut problems, table.remove("tenants"), base_dir);
 
     match (server, trace, metrics, limits, handles) {
@@ -391,9 +397,15 @@ fn check_trace(problems: &mut Problems, raw: RawTrace, base_dir: &Path) -> Optio
     })
 }
 
-/// `[handles]`: every default within its cap, every cap within its range. Defaults are
-/// those of [`HandleSettings::default`].
-fn check_handles(problems: &mut Problems, raw: RawHandles) -> Option<HandleSettings> {
+/// `[handles]`: every default within its cap, every cap within its range, every
+/// tenant's share within the store. Defaults are those of [`HandleSettings::default`],
+/// except `max_tenant_bytes`: an equal share of `max_total_bytes` for each of the
+/// `tenants`.
+fn check_handles(
+    problems: &mut Problems,
+    raw: RawHandles,
+    tenants: usize,
+) -> Option<HandleSettings> {
     let defaults = HandleSettings::default();
     let before = problems.len();
     let ttl = match &raw.ttl {
@@ -419,6 +431,20 @@ fn check_handles(problems: &mut Problems, raw: RawHandles) -> Option<HandleSetti
         defaults.max_total_bytes as u64,
         HANDLE_TOTAL_BYTES_RANGE,
     );
+    // An equal part of the store unless set; every tenant's share must fit in it.
+    let tenants = tenants.max(1) as i64;
+    let max_tenant_bytes = max_total_bytes.and_then(|total| {
+        let share = raw.max_tenant_bytes.unwrap_or(total / tenants);
+        let share = problems.int_in("handles.max_tenant_bytes", share, 1..=total)?;
+        if share.saturating_mul(tenants) > total {
+            problems.add(
+                "handles.max_tenant_bytes",
+                format!("{tenants} tenants × {share} bytes is more than handles.max_total_bytes ({total}): each tenant's share must fit in the store, so that no tenant evicts another's handles — use at most {}", total / tenants),
+            );
+            return None;
+        }
+        Some(share)
+    });
     let max_tombstones = int(
         problems,
         "max_tombstones",
@@ -495,6 +521,7 @@ fn check_handles(problems: &mut Problems, raw: RawHandles) -> Option<HandleSetti
     Some(HandleSettings {
         ttl: ttl?,
         max_total_bytes: max_total_bytes? as usize,
+        max_tenant_bytes: max_tenant_bytes? as usize,
         max_tombstones: max_tombstones? as usize,
         limits: LimitSettings {
             default_max_results: default_results? as usize,
@@ -1092,6 +1119,7 @@ mod tests {
             HandleSettings {
                 ttl: Duration::from_secs(900),
                 max_total_bytes: 268_435_456,
+                max_tenant_bytes: 268_435_456,
                 max_tombstones: 5,
                 limits: LimitSettings {
                     default_max_results: 10,
@@ -1138,10 +1166,53 @@ mod tests {
                 "out of range",
             ),
             ("max_bytes = 5", "handles.max_bytes", "unknown field"),
+            (
+                "max_tenant_bytes = 0",
+                "handles.max_tenant_bytes",
+                "out of range",
+            ),
+            (
+                "max_total_bytes = 4096\nmax_tenant_bytes = 4097",
+                "handles.max_tenant_bytes",
+                "use 1..=4096",
+            ),
         ];
         for (line, path, needle) in cases {
             assert_problem(&format!("[handles]\n{line}\n{}", minimal()), path, needle);
         }
+    }
+
+    #[test]
+    fn each_tenant_has_its_own_share_of_the_handle_store() {
+        let three = format!(
+            "{}{}{}",
+            minimal(),
+            tenant(
+                "globex",
+                &format!("api_key_sha256 = {:?}", hash_of("key-b"))
+            ),
+            tenant(
+                "initech",
+                &format!("api_key_sha256 = {:?}", hash_of("key-c"))
+            )
+        );
+        // By default an equal share each.
+        let handles = parse(&format!("[handles]\nmax_total_bytes = 3000000\n{three}"))
+            .unwrap()
+            .handles;
+        assert_eq!(handles.max_tenant_bytes, 1_000_000);
+        // A share of one's own choosing, as long as every tenant's fits in the store.
+        let handles = parse(&format!(
+            "[handles]\nmax_total_bytes = 3000000\nmax_tenant_bytes = 500000\n{three}"
+        ))
+        .unwrap()
+        .handles;
+        assert_eq!(handles.max_tenant_bytes, 500_000);
+        assert_problem(
+            &format!("[handles]\nmax_total_bytes = 3000000\nmax_tenant_bytes = 1000001\n{three}"),
+            "handles.max_tenant_bytes",
+            "3 tenants × 1000001 bytes is more than handles.max_total_bytes (3000000)",
+        );
     }
 
     #[test]

@@ -81,6 +81,31 @@ pub enum LayerReason {
     NotEvaluated,
 }
 
+impl LayerReason {
+    /// The reason as the API spells it (`PROVIDER_ITEMS`): the one spelling of human
+    /// output too.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LayerReason::ProfileExcluded => "PROFILE_EXCLUDED",
+            LayerReason::ObjectiveOutOfScope => "OBJECTIVE_OUT_OF_SCOPE",
+            LayerReason::ConsumerOutOfScope => "CONSUMER_OUT_OF_SCOPE",
+            LayerReason::ProviderInputNotProvided => "PROVIDER_INPUT_NOT_PROVIDED",
+            LayerReason::NotCurrent => "NOT_CURRENT",
+            LayerReason::Static => "STATIC",
+            LayerReason::ProviderItems => "PROVIDER_ITEMS",
+            LayerReason::NotFound => "NOT_FOUND",
+            LayerReason::ProviderFailed => "PROVIDER_FAILED",
+            LayerReason::NotEvaluated => "NOT_EVALUATED",
+        }
+    }
+}
+
+impl fmt::Display for LayerReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The result of one provider invocation (or of the decision not to invoke it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -176,6 +201,26 @@ mod tests {
         for status in LayerStatus::ALL {
             let json = serde_json::to_string(&status).unwrap();
             assert_eq!(json, format!("\"{}\"", status.as_str()));
+        }
+    }
+
+    #[test]
+    fn reasons_are_spelled_as_they_serialize() {
+        use LayerReason::*;
+        for reason in [
+            ProfileExcluded,
+            ObjectiveOutOfScope,
+            ConsumerOutOfScope,
+            ProviderInputNotProvided,
+            NotCurrent,
+            Static,
+            ProviderItems,
+            NotFound,
+            ProviderFailed,
+            NotEvaluated,
+        ] {
+            let json = serde_json::to_string(&reason).unwrap();
+            assert_eq!(json, format!("\"{reason}\""));
         }
     }
 

@@ -69,8 +69,8 @@ pub(crate) enum HandleMaterial {
 
 impl HandleMaterial {
     /// Text bytes, or the sum of the canonical JSON sizes of the items. This is what
-    /// counts against `max_total_bytes` and what `metadata` and `reduce byte_count`
-    /// report.
+    /// counts against a tenant's share and `max_total_bytes`, and what `metadata` and
+    /// `reduce byte_count` report.
     pub(crate) fn bytes(&self) -> usize {
         match self {
             HandleMaterial::Text(text) => text.len(),
@@ -153,9 +153,12 @@ impl Default for LimitSettings {
 pub(crate) struct HandleSettings {
     /// How long a handle lives after registration (not extended by use).
     pub(crate) ttl: Duration,
-    /// Bytes of material the store holds across all tenants; beyond it the least
-    /// recently used handles are evicted.
+    /// Bytes of material the store holds across all tenants.
     pub(crate) max_total_bytes: usize,
+    /// Bytes of material one tenant holds (its share): beyond it that tenant's least
+    /// recently used handles are evicted, never another tenant's. The config defaults it
+    /// to an equal share of `max_total_bytes` and refuses shares that do not fit in it.
+    pub(crate) max_tenant_bytes: usize,
     /// Tombstones kept; the oldest are forgotten beyond it (their ids become
     /// `unknown_handle`).
     pub(crate) max_tombstones: usize,
@@ -167,6 +170,8 @@ impl Default for HandleSettings {
         HandleSettings {
             ttl: Duration::from_secs(15 * 60),
             max_total_bytes: 268_435_456,
+            // A store with one tenant: the whole store is its share.
+            max_tenant_bytes: 268_435_456,
             max_tombstones: 100_000,
             limits: LimitSettings::default(),
         }
@@ -226,7 +231,7 @@ pub(crate) enum HandleError {
     },
     #[error("the operation did not finish within its time limit of {limit_ms} ms")]
     TimeLimitExceeded { limit_ms: u64 },
-    #[error("the material is {bytes} bytes, more than the store holds ({cap})")]
+    #[error("the material is {bytes} bytes, more than the store holds for the tenant ({cap})")]
     MaterialTooLarge { bytes: usize, cap: usize },
 }
 
@@ -344,6 +349,19 @@ pub(crate) struct HandleOperationFinished {
 }
 
 impl HandleOperationFinished {
+    /// Every operation's `ok` series at zero, so they exist before the first operation
+    /// (the error results appear when they happen).
+    pub(crate) fn zero_for_every_operation() {
+        for op in request::OPERATIONS.iter().copied().chain(["delete"]) {
+            metrics::counter!(
+                crate::telemetry::metrics::HANDLE_OPERATIONS,
+                "op" => op,
+                "result" => "ok"
+            )
+            .increment(0);
+        }
+    }
+
     pub(crate) fn emit(&self) {
         metrics::counter!(
             crate::telemetry::metrics::HANDLE_OPERATIONS,

@@ -3,10 +3,14 @@
 //! - **Owner.** One [`HandleStore`] per process, in the `Registry`; its state sits behind
 //!   one `Mutex` held only for map updates (never while an operation runs: operations
 //!   get an `Arc` of the material and run unlocked).
-//! - **Bounds.** Material is capped by `max_total_bytes` across all tenants: registering
-//!   evicts least-recently-used handles (an operation or a registration is a use) until
-//!   the new material fits. Tombstones are capped by `max_tombstones`: the oldest are
-//!   forgotten, and a forgotten id answers `unknown_handle`.
+//! - **Bounds.** Each tenant has its own share, `max_tenant_bytes`: registering evicts
+//!   that tenant's least-recently-used handles (an operation or a registration is a use)
+//!   until the new material fits its share — never another tenant's, so no tenant's
+//!   traffic can make another's handles stale. The shares fit inside `max_total_bytes`
+//!   (the config refuses more tenants × share than that); should they not, a
+//!   registration that the tenant's own handles cannot make room for is refused, still
+//!   without evicting anyone else's. Tombstones are capped by `max_tombstones`: the
+//!   oldest are forgotten, and a forgotten id answers `unknown_handle`.
 //! - **Expiry.** A handle lives `ttl` from its registration (use does not extend it).
 //!   Every call first sweeps what has expired (an ordered index, so a sweep costs only
 //!   what it removes); with no traffic at all, expired material stays until the next
@@ -34,7 +38,7 @@ pub(crate) enum StaleReason {
     WrongVersion,
     Deleted,
     Expired,
-    /// Evicted (least recently used) to make room under `max_total_bytes`.
+    /// Evicted (least recently used) to make room in its tenant's share.
     Evicted,
 }
 
@@ -93,8 +97,11 @@ struct Tombstone {
 #[derive(Default)]
 struct Inner {
     live: HashMap<String, Entry>,
-    /// Live ids by last use, oldest first: the eviction order.
-    lru: BTreeMap<u64, String>,
+    /// Per tenant, its live ids by last use, oldest first: the eviction order, which
+    /// never crosses tenants.
+    lru: HashMap<String, BTreeMap<u64, String>>,
+    /// Per tenant, the bytes of its live handles: what counts against its share.
+    tenant_bytes: HashMap<String, usize>,
     /// Live ids by expiry, soonest first: the sweep order.
     by_expiry: BTreeMap<(Instant, u64), String>,
     /// Monotonic counter for `lru` keys and `by_expiry` serials.
@@ -132,8 +139,25 @@ pub(crate) struct StoreSnapshot {
     pub(crate) tombstones: usize,
 }
 
+impl Inner {
+    fn tenant_bytes(&self, tenant: &str) -> usize {
+        self.tenant_bytes.get(tenant).copied().unwrap_or(0)
+    }
+
+    /// The tenant's least recently used live handle, taken out of its LRU order.
+    fn pop_oldest(&mut self, tenant: &str) -> Option<String> {
+        let order = self.lru.get_mut(tenant)?;
+        let (_, id) = order.pop_first()?;
+        if order.is_empty() {
+            self.lru.remove(tenant);
+        }
+        Some(id)
+    }
+}
+
 impl HandleStore {
     pub(crate) fn new(settings: HandleSettings) -> HandleStore {
+        super::HandleOperationFinished::zero_for_every_operation();
         HandleStore {
             settings,
             inner: Mutex::new(Inner::default()),
@@ -154,31 +178,58 @@ impl HandleStore {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers material for a tenant, returning its handle (version 1). Evicts
-    /// least-recently-used handles (tenant-agnostic LRU over the total-bytes cap),
-    /// leaving tombstones. Err if the material alone exceeds the cap.
+    /// The most material one tenant holds (`max_tenant_bytes`).
+    pub(crate) fn tenant_cap(&self) -> usize {
+        self.settings.max_tenant_bytes
+    }
+
+    /// Registers material for a tenant under a new id, returning its handle (version 1).
+    #[cfg(test)]
     pub(crate) fn register(
         &self,
         tenant: &str,
         material: HandleMaterial,
         now: Instant,
     ) -> Result<HandleRef, HandleError> {
+        self.register_as(tenant, &new_id(), material, now)
+    }
+
+    /// Registers material for a tenant under `id` — one from [`new_id`], decided before
+    /// the turn's text was final — returning its handle (version 1). Evicts the tenant's
+    /// own least recently used handles until the material fits its share, leaving
+    /// tombstones; never another tenant's. Err, evicting nothing, if the material is
+    /// larger than the share, or than what the store can hold for the tenant, or if the
+    /// id is taken.
+    pub(crate) fn register_as(
+        &self,
+        tenant: &str,
+        id: &str,
+        material: HandleMaterial,
+        now: Instant,
+    ) -> Result<HandleRef, HandleError> {
         let bytes = material.bytes();
-        let cap = self.settings.max_total_bytes;
+        let cap = self.settings.max_tenant_bytes;
         if bytes > cap {
             return Err(HandleError::MaterialTooLarge { bytes, cap });
         }
         let mut inner = self.lock();
         // 128 random bits never collide in practice; the check makes it certain.
-        let id = loop {
-            let id = new_id();
-            if !inner.live.contains_key(&id) && !inner.tombstones.contains_key(&id) {
-                break id;
-            }
-        };
+        if inner.live.contains_key(id) || inner.tombstones.contains_key(id) {
+            return Err(HandleError::InvalidArgument {
+                field: None,
+                message: "the handle id is already taken".to_owned(),
+            });
+        }
         self.sweep_locked(&mut inner, now);
-        while inner.total_bytes + bytes > cap {
-            let Some((_, oldest)) = inner.lru.pop_first() else {
+        // What the other tenants hold is theirs: only this tenant's handles make room.
+        let others = inner.total_bytes - inner.tenant_bytes(tenant);
+        let room = self.settings.max_total_bytes.saturating_sub(others);
+        if bytes > room {
+            return Err(HandleError::MaterialTooLarge { bytes, cap: room });
+        }
+        let limit = cap.min(room);
+        while inner.tenant_bytes(tenant) + bytes > limit {
+            let Some(oldest) = inner.pop_oldest(tenant) else {
                 break;
             };
             self.bury(&mut inner, &oldest, StaleReason::Evicted);
@@ -186,9 +237,15 @@ impl HandleStore {
         inner.clock += 1;
         let tick = inner.clock;
         let expires = later(now, self.settings.ttl);
-        inner.lru.insert(tick, id.clone());
+        let id = id.to_owned();
+        inner
+            .lru
+            .entry(tenant.to_owned())
+            .or_default()
+            .insert(tick, id.clone());
         inner.by_expiry.insert((expires, tick), id.clone());
         inner.total_bytes += bytes;
+        *inner.tenant_bytes.entry(tenant.to_owned()).or_default() += bytes;
         inner.live.insert(
             id.clone(),
             Entry {
@@ -227,9 +284,11 @@ impl HandleStore {
         if let Some(entry) = live.get_mut(id).filter(|e| e.tenant == tenant) {
             let sequence = entry.next_sequence;
             entry.next_sequence += 1;
-            lru.remove(&entry.last_used);
+            if let Some(order) = lru.get_mut(tenant) {
+                order.remove(&entry.last_used);
+                order.insert(tick, id.to_owned());
+            }
             entry.last_used = tick;
-            lru.insert(tick, id.to_owned());
             let outcome = match version {
                 Some(version) if version != entry.version => Err(HandleError::StaleHandle {
                     id: id.to_owned(),
@@ -336,9 +395,20 @@ impl HandleStore {
             .live
             .remove(id)
             .expect("indexes only hold live handles");
-        inner.lru.remove(&entry.last_used);
+        if let Some(order) = inner.lru.get_mut(&entry.tenant) {
+            order.remove(&entry.last_used);
+            if order.is_empty() {
+                inner.lru.remove(&entry.tenant);
+            }
+        }
         inner.by_expiry.remove(&(entry.expires, entry.serial));
         inner.total_bytes -= entry.bytes;
+        if let Some(held) = inner.tenant_bytes.get_mut(&entry.tenant) {
+            *held -= entry.bytes;
+            if *held == 0 {
+                inner.tenant_bytes.remove(&entry.tenant);
+            }
+        }
         inner.tombstones.insert(
             id.to_owned(),
             Tombstone {
@@ -359,7 +429,7 @@ impl HandleStore {
 }
 
 /// `h_` + 32 lowercase hex from 128 random bits.
-fn new_id() -> String {
+pub(crate) fn new_id() -> String {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("the operating system provides randomness");
     format!("{HANDLE_ID_PREFIX}{}", hex::encode(bytes))
@@ -381,8 +451,17 @@ mod tests {
         HandleSettings {
             ttl: Duration::from_secs(60),
             max_total_bytes,
+            max_tenant_bytes: max_total_bytes,
             max_tombstones,
             ..HandleSettings::default()
+        }
+    }
+
+    /// A store of `max_total_bytes` in which each tenant holds at most `share`.
+    fn shared(max_total_bytes: usize, share: usize) -> HandleSettings {
+        HandleSettings {
+            max_tenant_bytes: share,
+            ..settings(max_total_bytes, 10)
         }
     }
 
@@ -535,32 +614,35 @@ mod tests {
     }
 
     #[test]
-    fn the_least_recently_used_handles_are_evicted_across_tenants() {
-        let store = HandleStore::new(settings(100, 10));
+    fn a_tenant_evicts_only_its_own_least_recently_used_handles() {
+        let store = HandleStore::new(shared(200, 100));
         let now = Instant::now();
         let a = store.register("acme", text(40), now).unwrap();
         let b = store.register("globex", text(40), now).unwrap();
-        // `a` is used, so `b` is now the least recently used.
-        outcome(store.begin("acme", &a.id, Some(1), now)).unwrap();
         let c = store.register("acme", text(40), now).unwrap();
+        // `a` is used, so `c` is now acme's least recently used.
+        outcome(store.begin("acme", &a.id, Some(1), now)).unwrap();
+        let d = store.register("acme", text(40), now).unwrap();
         assert_eq!(
-            stale(&store.begin("globex", &b.id, Some(1), now)),
+            stale(&store.begin("acme", &c.id, Some(1), now)),
             (StaleReason::Evicted, 1)
         );
-        assert!(outcome(store.begin("acme", &a.id, Some(1), now)).is_ok());
-        assert!(outcome(store.begin("acme", &c.id, Some(1), now)).is_ok());
-        assert_eq!(store.snapshot().total_bytes, 80);
-        // One handle as large as the cap evicts everything else.
+        for (tenant, handle) in [("acme", &a), ("acme", &d), ("globex", &b)] {
+            assert!(outcome(store.begin(tenant, &handle.id, Some(1), now)).is_ok());
+        }
+        assert_eq!(store.snapshot().total_bytes, 120);
+        // One handle as large as the share evicts everything else of the tenant's.
         let whole = store.register("acme", text(100), now).unwrap();
         assert_eq!(
             store.snapshot(),
             StoreSnapshot {
-                live: 1,
-                total_bytes: 100,
+                live: 2,
+                total_bytes: 140,
                 tombstones: 3
             }
         );
         assert!(outcome(store.begin("acme", &whole.id, Some(1), now)).is_ok());
+        assert!(outcome(store.begin("globex", &b.id, Some(1), now)).is_ok());
         assert_eq!(
             store.register("acme", text(101), now).unwrap_err(),
             HandleError::MaterialTooLarge {
@@ -572,6 +654,32 @@ mod tests {
             outcome(store.begin("acme", &whole.id, Some(1), now)).is_ok(),
             "a refused registration evicts nothing"
         );
+    }
+
+    #[test]
+    fn no_tenant_evicts_another_even_when_shares_overcommit_the_store() {
+        // Two tenants whose shares (100 each) add up to more than the store (150).
+        let store = HandleStore::new(shared(150, 100));
+        let now = Instant::now();
+        let theirs = store.register("globex", text(90), now).unwrap();
+        // The store holds 60 more at most: acme's 70 is refused, evicting nothing.
+        assert_eq!(
+            store.register("acme", text(70), now).unwrap_err(),
+            HandleError::MaterialTooLarge { bytes: 70, cap: 60 }
+        );
+        let mine = store.register("acme", text(60), now).unwrap();
+        // Full: acme's next registration takes the room of acme's own handle.
+        let next = store.register("acme", text(50), now).unwrap();
+        assert_eq!(
+            stale(&store.begin("acme", &mine.id, Some(1), now)),
+            (StaleReason::Evicted, 1)
+        );
+        assert!(outcome(store.begin("acme", &next.id, Some(1), now)).is_ok());
+        // Any number of oversize or full-store registrations later, globex's is live.
+        for n in [10, 59, 60, 61, 100, 101, 1000] {
+            let _ = store.register("acme", text(n), now);
+        }
+        assert!(outcome(store.begin("globex", &theirs.id, Some(1), now)).is_ok());
     }
 
     #[test]

@@ -18,10 +18,25 @@ use crate::trace::DigestKey;
 const MIN_SHOWN_BYTES: usize = 64;
 
 /// Where items that do not fit go when their layer offers handles.
+///
+/// Fitting the text may put an item behind a handle and later drop even its reference
+/// for budget, so handles are decided and kept in two steps: [`HandleSink::offer`]
+/// while the text is fitted (nothing is kept yet), [`HandleSink::withdraw`] when an
+/// offered item is dropped after all, and [`HandleSink::keep`] once the text is final,
+/// for exactly the handles it references. A sink never keeps an item the turn does not
+/// return.
 pub trait HandleSink {
-    /// Keeps `item` behind a handle and returns it; `None` declines (the item is then
-    /// truncated or dropped like any other).
+    /// The handle `item` would be kept behind; `None` declines (the item is then
+    /// truncated or dropped like any other). Nothing is kept yet.
     fn offer(&mut self, layer: &str, provider: &str, item: &Item) -> Option<HandleRef>;
+
+    /// The item offered behind `handle` was dropped after all: the text does not
+    /// reference it, so it must not be kept.
+    fn withdraw(&mut self, _handle: &HandleRef) {}
+
+    /// Keeps `item` behind `handle` (one it offered): the final text references it.
+    /// Called once per such handle, after fitting.
+    fn keep(&mut self, _handle: &HandleRef, _item: &Item) {}
 }
 
 /// A sink that never keeps anything: handles are not offered.
@@ -128,6 +143,7 @@ pub fn assemble_with(
     let mut layout = Layout::build(project, &layers, &providers, &provider_call, &nonce);
     layout.locators = locators;
     let cuts = layout.fit(max_bytes, handles);
+    layout.keep_handles(handles);
     let rendered = layout.render();
     let selections = layout.selections();
     TurnResult {
@@ -611,11 +627,27 @@ impl<'a> Layout<'a> {
                 (CutAction::Truncated, cut_at)
             }
             _ => {
+                // A reference that does not fit either: the handle is not returned, so
+                // it is never kept.
+                if let Shown::Handle(handle, _) = &material.shown {
+                    handles.withdraw(handle);
+                }
                 material.shown = Shown::Dropped;
                 (CutAction::Dropped, 0)
             }
         };
         self.cut_record(m, action, before, after)
+    }
+
+    /// Has the sink keep every item the fitted text references behind a handle.
+    fn keep_handles(&self, handles: &mut dyn HandleSink) {
+        for material in &self.materials {
+            if let (Shown::Handle(handle, _), Some((_, item))) = (&material.shown, material.item)
+                && !self.sections[material.section].dropped
+            {
+                handles.keep(handle, item);
+            }
+        }
     }
 
     fn cut_record(&self, m: usize, action: CutAction, before: usize, after: usize) -> CutReport {

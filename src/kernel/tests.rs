@@ -673,20 +673,31 @@ mod handles {
     use crate::contract::HandleRef;
     use crate::kernel::HandleSink;
 
-    /// Keeps every offered item, numbering handles; remembers what it was given.
+    /// Accepts every offer, numbering handles; remembers what it was offered, what was
+    /// withdrawn and what it was told to keep.
     #[derive(Default)]
     struct Keeper {
-        kept: Vec<(String, String, Item)>,
+        offered: Vec<(String, String, Item)>,
+        withdrawn: Vec<String>,
+        kept: Vec<(String, Item)>,
     }
 
     impl HandleSink for Keeper {
         fn offer(&mut self, layer: &str, provider: &str, item: &Item) -> Option<HandleRef> {
-            self.kept
+            self.offered
                 .push((layer.to_owned(), provider.to_owned(), item.clone()));
             Some(HandleRef {
-                id: format!("h_{:032x}", self.kept.len()),
+                id: format!("h_{:032x}", self.offered.len()),
                 version: 1,
             })
+        }
+
+        fn withdraw(&mut self, handle: &HandleRef) {
+            self.withdrawn.push(handle.id.clone());
+        }
+
+        fn keep(&mut self, handle: &HandleRef, item: &Item) {
+            self.kept.push((handle.id.clone(), item.clone()));
         }
     }
 
@@ -730,8 +741,10 @@ mod handles {
         let text = result.rendered.unwrap();
         assert!(text.len() <= 2_000);
         assert_eq!(keeper.kept.len(), 1);
-        assert_eq!(keeper.kept[0].2, big, "the full item is registered");
+        assert_eq!(keeper.kept[0].1, big, "the full item is registered");
         let id = format!("h_{:032x}", 1);
+        assert_eq!(keeper.kept[0].0, id);
+        assert_eq!(keeper.offered[0].0, "logs");
         assert!(
             text.contains(&format!("handle={id} version=1>>>\ntitle: Title LOG-1\n")),
             "{text}"
@@ -772,7 +785,7 @@ mod handles {
             2_000,
             &mut keeper,
         );
-        assert!(keeper.kept.is_empty());
+        assert!(keeper.offered.is_empty() && keeper.kept.is_empty());
         assert_eq!(result.cuts[0].action, CutAction::Truncated);
     }
 
@@ -802,5 +815,36 @@ mod handles {
         assert!(result.rendered.unwrap().len() <= 300);
         let actions: Vec<_> = result.cuts.iter().map(|c| c.action).collect();
         assert_eq!(actions[..2], [CutAction::Handle, CutAction::Dropped]);
+        assert_eq!(keeper.withdrawn, [format!("h_{:032x}", 1)]);
+        assert!(keeper.kept.is_empty(), "a dropped reference keeps nothing");
+    }
+
+    #[test]
+    fn only_the_handles_the_answer_returns_are_kept() {
+        // Fifteen oversize items: each is offered a handle, most references are then
+        // dropped for budget. Exactly the handles the selections carry are kept.
+        let project = handled_project();
+        let items: Vec<Item> = (0..15)
+            .map(|i| item(&format!("LOG-{i}"), &"x".repeat(3_000)))
+            .collect();
+        let mut keeper = Keeper::default();
+        let result = run(&project, vec![ok(items), ok(vec![])], 1_200, &mut keeper);
+        let returned: Vec<&str> = result
+            .selections
+            .iter()
+            .filter_map(|s| s.handle.as_ref().map(|h| h.id.as_str()))
+            .collect();
+        let kept: Vec<&str> = keeper.kept.iter().map(|(id, _)| id.as_str()).collect();
+        assert!(!returned.is_empty(), "{result:#?}");
+        assert!(keeper.offered.len() > returned.len(), "some were dropped");
+        assert_eq!(kept, returned);
+        assert_eq!(
+            keeper.withdrawn.len() + kept.len(),
+            keeper.offered.len(),
+            "every offer is either withdrawn or kept"
+        );
+        for id in &keeper.withdrawn {
+            assert!(!result.rendered.as_deref().unwrap().contains(id.as_str()));
+        }
     }
 }

@@ -2,8 +2,20 @@
 //! happens (`emit()` records it), and the recorder's installation. Labels are of low
 //! cardinality — provider, status, detail, outcome, and tenant only when the config
 //! enables it — never an id or a value.
+//!
+//! Series a dashboard or an alert watches exist from start-up, at zero, instead of
+//! appearing at their first event: the turn outcomes of [`TURN_OUTCOMES_AT_START`]
+//! (without the tenant label), the trace writer's counters, and per bound provider its
+//! calls by status, calls in flight and circuits by state ([`ProviderBound`]).
+//!
+//! A series is written by one source or summed from several, never overwritten by
+//! several: each provider gate publishes its calls in flight and its circuit state as
+//! changes (deltas), so `ctxd_provider_in_flight` and `ctxd_provider_circuits` add up
+//! every gate of a provider id whatever the labels.
 
 use crate::config::MetricsSettings;
+use crate::contract::ProviderStatus;
+use crate::resilience::breaker::BreakerState;
 use metrics::Label;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +28,7 @@ pub(crate) const PROVIDER_CALLS: &str = "ctxd_provider_calls_total";
 pub(crate) const PROVIDER_CALL_DURATION: &str = "ctxd_provider_call_duration_seconds";
 pub(crate) const PROVIDER_IN_FLIGHT: &str = "ctxd_provider_in_flight";
 pub(crate) const PROVIDER_CIRCUIT_STATE: &str = "ctxd_provider_circuit_state";
+pub(crate) const PROVIDER_CIRCUITS: &str = "ctxd_provider_circuits";
 pub(crate) const TRACE_QUEUE_DEPTH: &str = "ctxd_trace_queue_depth";
 pub(crate) const TRACE_BATCHES: &str = "ctxd_trace_batches_total";
 pub(crate) const TRACE_RECORDS: &str = "ctxd_trace_records_total";
@@ -27,6 +40,27 @@ pub(crate) const REPLAYS_RATE_LIMITED: &str = "ctxd_replays_rate_limited_total";
 /// Buckets of the coordinator overhead, in seconds: its target is well under 1 ms.
 pub(crate) const OVERHEAD_BUCKETS: &[f64] = &[
     0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+];
+
+/// Turn outcomes exported at zero from start-up when metrics carry no tenant label (with
+/// it, a tenant's series appear at its first turn): the answers and the refusals an
+/// alert watches. Other outcomes appear when they first happen.
+pub(crate) const TURN_OUTCOMES_AT_START: &[&str] = &[
+    "answered",
+    "blocked",
+    "bad_request",
+    "unauthorized",
+    "not_found",
+    "payload_too_large",
+    "too_many_turns",
+    "runtime_unavailable",
+];
+
+/// Every circuit state, for the per-provider count of circuits in each.
+const CIRCUIT_STATES: [BreakerState; 3] = [
+    BreakerState::Closed,
+    BreakerState::Open,
+    BreakerState::HalfOpen,
 ];
 
 /// Whether metrics carry a `tenant` label (config `metrics.tenant_label`).
@@ -49,7 +83,21 @@ pub(crate) fn install(settings: &MetricsSettings) -> anyhow::Result<PrometheusHa
         .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &seconds)?
         .install_recorder()?;
     describe();
+    zero_at_start(settings.tenant_label);
     Ok(handle)
+}
+
+/// Registers at zero the series that exist whatever happens (see the module docs).
+fn zero_at_start(tenant_label: bool) {
+    if !tenant_label {
+        for outcome in TURN_OUTCOMES_AT_START {
+            metrics::counter!(TURNS, "outcome" => *outcome).increment(0);
+        }
+    }
+    for counter in [TRACE_BATCHES, TRACE_RECORDS, TRACE_BACKPRESSURE] {
+        metrics::counter!(counter).increment(0);
+    }
+    metrics::gauge!(TRACE_QUEUE_DEPTH).set(0.0);
 }
 
 fn describe() {
@@ -76,7 +124,11 @@ fn describe() {
     describe_gauge!(PROVIDER_IN_FLIGHT, "Provider calls in flight");
     describe_gauge!(
         PROVIDER_CIRCUIT_STATE,
-        "Circuit breaker state per provider: 0 closed, 1 open, 2 half-open"
+        "Circuit breaker state per tenant and provider (with the tenant label only): 0 closed, 1 open, 2 half-open"
+    );
+    describe_gauge!(
+        PROVIDER_CIRCUITS,
+        "Circuit breakers of a provider id (one per tenant binding) in each state"
     );
     describe_gauge!(
         TRACE_QUEUE_DEPTH,
@@ -106,8 +158,13 @@ fn describe() {
     );
 }
 
-fn with_tenant(tenant: &str, mut labels: Vec<Label>) -> Vec<Label> {
-    if TENANT_LABEL.load(Ordering::Relaxed) {
+fn with_tenant(tenant: &str, labels: Vec<Label>) -> Vec<Label> {
+    labelled(TENANT_LABEL.load(Ordering::Relaxed), tenant, labels)
+}
+
+/// `labels`, plus the tenant's when metrics carry it.
+fn labelled(tenant_label: bool, tenant: &str, mut labels: Vec<Label>) -> Vec<Label> {
+    if tenant_label {
         labels.push(Label::new("tenant", tenant.to_owned()));
     }
     labels
@@ -188,22 +245,97 @@ impl ProviderCallFinished<'_> {
     }
 }
 
-/// A provider's calls in flight and circuit state, as its actor sees them.
+/// A provider binding's gate was created: its series exist from now on, at zero — its
+/// calls by status (detail empty), and its provider id's count of circuits in each
+/// state.
+pub(crate) struct ProviderBound<'a> {
+    pub(crate) tenant: &'a str,
+    pub(crate) provider: &'a str,
+}
+
+impl ProviderBound<'_> {
+    pub(crate) fn emit(&self) {
+        self.emit_labelled(TENANT_LABEL.load(Ordering::Relaxed));
+    }
+
+    fn emit_labelled(&self, tenant_label: bool) {
+        let provider = Label::new("provider", self.provider.to_owned());
+        for status in ProviderStatus::ALL {
+            let labels = vec![
+                provider.clone(),
+                Label::new("status", status.as_str()),
+                Label::new("detail", ""),
+            ];
+            metrics::counter!(PROVIDER_CALLS, labelled(tenant_label, self.tenant, labels))
+                .increment(0);
+        }
+        for state in CIRCUIT_STATES {
+            circuits(self.provider, state).increment(0.0);
+        }
+    }
+}
+
+/// The gauge counting a provider id's circuits in `state`. Never tenant-labelled: it is
+/// the aggregate that holds whatever the tenants' circuits do.
+fn circuits(provider: &str, state: BreakerState) -> metrics::Gauge {
+    metrics::gauge!(
+        PROVIDER_CIRCUITS,
+        "provider" => provider.to_owned(),
+        "state" => state.as_str()
+    )
+}
+
+/// A provider gate's calls in flight and circuit state, beside what it last published.
+/// The gate publishes under its breaker's lock, so its own changes arrive in order.
 pub(crate) struct ProviderStateObserved<'a> {
     pub(crate) tenant: &'a str,
     pub(crate) provider: &'a str,
-    pub(crate) in_flight: usize,
-    pub(crate) circuit: f64,
+    /// Calls in flight: last published, and now.
+    pub(crate) in_flight: (usize, usize),
+    /// Circuit state: last published (`None` before the first publication), and now.
+    pub(crate) circuit: (Option<BreakerState>, BreakerState),
 }
 
 impl ProviderStateObserved<'_> {
     pub(crate) fn emit(&self) {
-        let labels = with_tenant(
-            self.tenant,
-            vec![Label::new("provider", self.provider.to_owned())],
-        );
-        metrics::gauge!(PROVIDER_IN_FLIGHT, labels.clone()).set(self.in_flight as f64);
-        metrics::gauge!(PROVIDER_CIRCUIT_STATE, labels).set(self.circuit);
+        self.emit_labelled(TENANT_LABEL.load(Ordering::Relaxed));
+    }
+
+    /// Calls in flight as a delta, so the gauge sums every gate it covers (all tenants'
+    /// without the tenant label); the circuit as a move between state counts, and — with
+    /// the tenant label — as the tenant's own state.
+    fn emit_labelled(&self, tenant_label: bool) {
+        let first = self.circuit.0.is_none();
+        let (before, now) = self.in_flight;
+        if before != now || first {
+            let labels = labelled(
+                tenant_label,
+                self.tenant,
+                vec![Label::new("provider", self.provider.to_owned())],
+            );
+            let gauge = metrics::gauge!(PROVIDER_IN_FLIGHT, labels);
+            if now >= before {
+                gauge.increment((now - before) as f64);
+            } else {
+                gauge.decrement((before - now) as f64);
+            }
+        }
+        let (before, now) = self.circuit;
+        if before == Some(now) {
+            return;
+        }
+        if let Some(before) = before {
+            circuits(self.provider, before).decrement(1.0);
+        }
+        circuits(self.provider, now).increment(1.0);
+        if tenant_label {
+            let labels = labelled(
+                true,
+                self.tenant,
+                vec![Label::new("provider", self.provider.to_owned())],
+            );
+            metrics::gauge!(PROVIDER_CIRCUIT_STATE, labels).set(now.as_gauge());
+        }
     }
 }
 
@@ -229,4 +361,98 @@ pub(crate) fn trace_queue_depth(depth: usize) {
 /// A turn was refused because its trace could not be queued.
 pub(crate) fn trace_backpressure() {
     metrics::counter!(TRACE_BACKPRESSURE).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metrics_exporter_prometheus::PrometheusBuilder;
+
+    /// What the events of `run` export, rendered by a recorder of their own.
+    fn exported(run: impl FnOnce()) -> String {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, run);
+        handle.render()
+    }
+
+    fn observed(
+        tenant: &'static str,
+        in_flight: (usize, usize),
+        circuit: (Option<BreakerState>, BreakerState),
+    ) -> ProviderStateObserved<'static> {
+        ProviderStateObserved {
+            tenant,
+            provider: "crm",
+            in_flight,
+            circuit,
+        }
+    }
+
+    /// acme's circuit for crm opens while globex's stays closed and keeps calling.
+    fn two_tenants(tenant_label: bool) {
+        use BreakerState::{Closed, Open};
+        for tenant in ["acme", "globex"] {
+            ProviderBound {
+                tenant,
+                provider: "crm",
+            }
+            .emit_labelled(tenant_label);
+            observed(tenant, (0, 0), (None, Closed)).emit_labelled(tenant_label);
+        }
+        observed("acme", (0, 2), (Some(Closed), Closed)).emit_labelled(tenant_label);
+        observed("acme", (2, 0), (Some(Closed), Open)).emit_labelled(tenant_label);
+        // globex's successful calls come after: they must not close acme's circuit.
+        observed("globex", (0, 1), (Some(Closed), Closed)).emit_labelled(tenant_label);
+        observed("globex", (1, 1), (Some(Closed), Closed)).emit_labelled(tenant_label);
+    }
+
+    #[test]
+    fn without_the_tenant_label_circuits_are_counted_per_state() {
+        let text = exported(|| two_tenants(false));
+        for expected in [
+            "ctxd_provider_circuits{provider=\"crm\",state=\"open\"} 1\n",
+            "ctxd_provider_circuits{provider=\"crm\",state=\"closed\"} 1\n",
+            "ctxd_provider_circuits{provider=\"crm\",state=\"half_open\"} 0\n",
+            "ctxd_provider_in_flight{provider=\"crm\"} 1\n",
+            "ctxd_provider_calls_total{provider=\"crm\",status=\"TIMEOUT\",detail=\"\"} 0\n",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+        // A per-provider state gauge would say whichever tenant wrote last.
+        assert!(!text.contains(PROVIDER_CIRCUIT_STATE), "{text}");
+        assert!(!text.contains("tenant="), "{text}");
+    }
+
+    #[test]
+    fn with_the_tenant_label_each_tenant_has_its_state_beside_the_counts() {
+        let text = exported(|| two_tenants(true));
+        for expected in [
+            "ctxd_provider_circuit_state{provider=\"crm\",tenant=\"acme\"} 1\n",
+            "ctxd_provider_circuit_state{provider=\"crm\",tenant=\"globex\"} 0\n",
+            "ctxd_provider_circuits{provider=\"crm\",state=\"open\"} 1\n",
+            "ctxd_provider_circuits{provider=\"crm\",state=\"closed\"} 1\n",
+            "ctxd_provider_in_flight{provider=\"crm\",tenant=\"acme\"} 0\n",
+            "ctxd_provider_in_flight{provider=\"crm\",tenant=\"globex\"} 1\n",
+            "ctxd_provider_calls_total{provider=\"crm\",status=\"OK\",detail=\"\",tenant=\"acme\"} 0\n",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn watched_series_exist_at_zero_from_start_up() {
+        let text = exported(|| zero_at_start(false));
+        for expected in [
+            "ctxd_turns_total{outcome=\"answered\"} 0\n",
+            "ctxd_turns_total{outcome=\"runtime_unavailable\"} 0\n",
+            "ctxd_trace_backpressure_total 0\n",
+            "ctxd_trace_batches_total 0\n",
+            "ctxd_trace_queue_depth 0\n",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+        let labelled = exported(|| zero_at_start(true));
+        assert!(!labelled.contains("ctxd_turns_total"), "{labelled}");
+    }
 }

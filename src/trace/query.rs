@@ -1,5 +1,5 @@
-//! Trace search: filters that AND together, newest-first pages, and opaque cursors that
-//! stay stable while new turns arrive.
+//! Trace search: filters that AND together, and newest-first pages that stay stable
+//! while new turns arrive (their cursors are sealed by [`super::cursor`]).
 //!
 //! How a search runs, so a page costs about `limit` index entries per stream whatever
 //! the store's size:
@@ -13,12 +13,13 @@
 //!   search runs one stream per status (11 provider statuses, 6 layer statuses) and
 //!   merges them; without a tenant (operator tools), one stream set per tenant.
 //! - Pages are `seq < cursor`, newest first. `seq` only grows, so turns written between
-//!   two pages never shift or repeat results.
+//!   two pages never shift or repeat results. `seq` counts every tenant's turns, so a
+//!   cursor never shows it: the store hands out sealed cursors only.
 //! - `provider` + `providerStatus` bind the same provider record; `layer` + `status` the
 //!   same layer decision: each pair is one row's predicate.
 //!
-//! Layering: this module is pure — it plans statements, encodes cursors and parses
-//! times, and runs nothing. It knows the schema's tables and indexes but not the
+//! Layering: this module is pure — it plans statements and parses times, and runs
+//! nothing. It knows the schema's tables and indexes but not the
 //! store: [`super::store`]'s reader runs what it plans, and nothing here imports the
 //! store back. Callers (the API, the CLI) validate their input with the same functions
 //! the store uses.
@@ -69,30 +70,13 @@ pub struct SearchQuery {
 #[serde(rename_all = "camelCase")]
 pub struct SearchPage {
     pub traces: Vec<StoredTurn>,
-    /// Present when more results follow; pass it back unchanged as `cursor`.
+    /// Present when more results follow; pass it back unchanged as `cursor`, with the
+    /// same filters.
     pub(crate) next_cursor: Option<String>,
-}
-
-/// The cursor after the turn at `seq`: 16 hex digits.
-pub(crate) fn encode_cursor(seq: i64) -> String {
-    format!("{seq:016x}")
-}
-
-/// A cursor no search issued: not 16 hex digits, or no `seq` a turn can have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("not a cursor a trace search issued")]
-pub(crate) struct InvalidCursor;
-
-/// The `seq` a cursor stands for.
-pub(crate) fn decode_cursor(cursor: &str) -> Result<i64, InvalidCursor> {
-    if cursor.len() != 16 || !cursor.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(InvalidCursor);
-    }
-    u64::from_str_radix(cursor, 16)
-        .ok()
-        .and_then(|seq| i64::try_from(seq).ok())
-        .filter(|seq| *seq > 0)
-        .ok_or(InvalidCursor)
+    /// More results follow — also when no cursor could be sealed (a reader without the
+    /// digest key).
+    #[serde(skip)]
+    pub(crate) more: bool,
 }
 
 /// One SQL statement whose rows are matching `seq`s, newest first, at most `take`.
@@ -332,7 +316,7 @@ mod tests {
         }
 
         fn ids(&self, query: &SearchQuery) -> (Vec<String>, Option<String>) {
-            let page = TraceReader::open(&self.path, None)
+            let page = TraceReader::open(&self.path, Some(&key()))
                 .unwrap()
                 .search(query)
                 .unwrap();
@@ -556,7 +540,7 @@ mod tests {
             ..query("acme")
         };
         assert_eq!(fixture.only_ids(&huge).len(), 3);
-        let reader = TraceReader::open(&fixture.path, None).unwrap();
+        let reader = TraceReader::open(&fixture.path, Some(&key())).unwrap();
         for bad in [
             "",
             "zz",
@@ -572,7 +556,72 @@ mod tests {
                 .unwrap_err();
             assert!(matches!(error, StoreError::InvalidCursor), "{bad}: {error}");
         }
-        assert_eq!(decode_cursor(&encode_cursor(42)).unwrap(), 42);
+        // A reader without the key issues no cursor, and takes none.
+        let keyless = TraceReader::open(&fixture.path, None).unwrap();
+        let page = keyless
+            .search(&SearchQuery {
+                limit: 1,
+                ..query("acme")
+            })
+            .unwrap();
+        assert!(page.more && page.next_cursor.is_none());
+        let error = keyless
+            .search(&SearchQuery {
+                cursor: Some("0a".repeat(48)),
+                ..query("acme")
+            })
+            .unwrap_err();
+        assert!(matches!(error, StoreError::NoCursorKey { .. }), "{error}");
+    }
+
+    #[test]
+    fn a_cursor_is_bound_to_its_tenant_and_filters() {
+        // acme's turns interleave with globex's: acme's cursors must show nothing of
+        // that, and open for acme's search only.
+        let fixture = standard();
+        let first = SearchQuery {
+            limit: 1,
+            ..query("acme")
+        };
+        let (ids, cursor) = fixture.ids(&first);
+        assert_eq!(ids, ["a4"]);
+        let cursor = cursor.unwrap();
+        let continued = SearchQuery {
+            cursor: Some(cursor.clone()),
+            ..first.clone()
+        };
+        assert_eq!(fixture.ids(&continued).0, ["a3"]);
+        let reader = TraceReader::open(&fixture.path, Some(&key())).unwrap();
+        for foreign in [
+            query("globex"),
+            SearchQuery {
+                tenant: None,
+                ..query("acme")
+            },
+            SearchQuery {
+                provider: Some("crm".to_owned()),
+                ..query("acme")
+            },
+            SearchQuery {
+                layer_status: Some(L::Included),
+                ..query("acme")
+            },
+        ] {
+            let error = reader
+                .search(&SearchQuery {
+                    cursor: Some(cursor.clone()),
+                    ..foreign
+                })
+                .unwrap_err();
+            assert!(matches!(error, StoreError::InvalidCursor), "{error}");
+        }
+        // Under another deployment key the cursor is no cursor either.
+        let other = crate::trace::DigestKey::from_bytes(vec![1u8; 32]).unwrap();
+        let error = TraceReader::open(&fixture.path, Some(&other))
+            .unwrap()
+            .search(&continued)
+            .unwrap_err();
+        assert!(matches!(error, StoreError::InvalidCursor), "{error}");
     }
 
     #[test]
@@ -635,7 +684,7 @@ mod tests {
                         for (since_ms, until_ms) in
                             [(None, None), (Some(1), None), (Some(1), Some(2))]
                         {
-                            for cursor in [None, Some(encode_cursor(99))] {
+                            for cursor in [None, Some("cursor".to_owned())] {
                                 shapes.push(SearchQuery {
                                     tenant: Some("acme".to_owned()),
                                     provider: provider.clone(),

@@ -1,12 +1,18 @@
 //! Capture: turns one answered turn into its provenance — the turn record, one
 //! `context.provider.v1` record per provider the turn reached, and the items kept
 //! under `retention = "content"`. Pure: the clock, the key and the turn are passed in.
+//!
+//! The turn record holds a keyed digest of each input the Project declares (a lookup
+//! input or a `requiresInput` key) and nothing of any other key a request carries: an
+//! input no layer uses cannot change the turn, so it is not part of its provenance, and
+//! a request with thousands of unused keys writes no bigger a record than one without.
 
 use super::{Answered, Ask};
 use crate::config::Retention;
 use crate::contract::{CONTRACT, Source};
 use crate::gate::ProviderDecision;
 use crate::outcome::Call;
+use crate::project::Project;
 use crate::trace::DigestKey;
 use crate::trace::record::{
     InputDigest, ItemRecord, PROVIDER_RECORD_KIND, ProviderRecord, RetainedItem, RetentionRecord,
@@ -35,6 +41,17 @@ pub struct TurnFacts<'a> {
     pub mode: Source,
     pub started_at: SystemTime,
     pub duration: Duration,
+}
+
+/// Whether the Project uses the turn input `key`: some provider's lookup input, or some
+/// layer's `requiresInput`. Only these inputs are recorded, and only these take part in
+/// a replay.
+pub(crate) fn declares_input(project: &Project, key: &str) -> bool {
+    project.providers.iter().any(|p| p.input == key)
+        || project
+            .layers
+            .iter()
+            .any(|l| l.requires_input.iter().any(|k| k == key))
 }
 
 impl Answered<'_> {
@@ -198,6 +215,7 @@ impl Answered<'_> {
                 .ask
                 .inputs
                 .iter()
+                .filter(|(k, _)| declares_input(self.called.project, k))
                 .map(|(k, v)| InputDigest {
                     key: k.clone(),
                     digest: key.input_digest(k, v),
@@ -264,30 +282,41 @@ mod tests {
         }
     }
 
+    fn key() -> DigestKey {
+        DigestKey::from_bytes(vec![9u8; 32]).unwrap()
+    }
+
     fn captured(retention: Retention) -> TurnTrace {
-        let project = project();
-        let key = DigestKey::from_bytes(vec![9u8; 32]).unwrap();
         let inputs: BTreeMap<String, String> = [("customerId".to_owned(), VALUE.to_owned())].into();
+        let answer = |invocation: &Invocation| match invocation.provider_id.as_str() {
+            "crm" => Outcome::items(
+                vec![item(VALUE, "Gold tier since 2020")],
+                Currentness::Current,
+                Source::Live,
+            ),
+            _ => Outcome::failed(Failure::Deadline, Source::Live),
+        };
+        capture_turn(&project(), &inputs, &answer, retention)
+    }
+
+    /// A turn of `project` with `inputs`, answered by `answer` (every provider but
+    /// `ghost` bound), captured under `retention`.
+    fn capture_turn(
+        project: &Project,
+        inputs: &BTreeMap<String, String>,
+        answer: &dyn Fn(&Invocation) -> Outcome,
+        retention: Retention,
+    ) -> TurnTrace {
+        let key = key();
         let ask = Ask {
             profile: None,
             objective: None,
             consumer: None,
-            inputs: &inputs,
+            inputs,
         };
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_500_000);
-        let source = Immediate::new(
-            |id: &str| id != "ghost",
-            |invocation: &Invocation| match invocation.provider_id.as_str() {
-                "crm" => Outcome::items(
-                    vec![item(VALUE, "Gold tier since 2020")],
-                    Currentness::Current,
-                    Source::Live,
-                ),
-                _ => Outcome::failed(Failure::Deadline, Source::Live),
-            },
-        )
-        .observed_at(now);
-        let mut called = plan(&project, &ask, &source)
+        let source = Immediate::new(|id: &str| id != "ghost", answer).observed_at(now);
+        let mut called = plan(project, &ask, &source)
             .unwrap()
             .call_now(&source)
             .unwrap();
@@ -376,6 +405,40 @@ mod tests {
             assert!(!text.contains("Gold tier"), "{retention:?}");
             assert!(!text.contains("Title of"), "{retention:?}");
         }
+    }
+
+    #[test]
+    fn only_the_inputs_the_project_declares_are_recorded() {
+        // `customerId` is a lookup input, `region` a `requiresInput` key; the thousand
+        // other keys no layer uses leave no trace.
+        let doc = json!({
+            "id": "p", "version": "1",
+            "providers": [{"id": "crm", "name": "CRM", "lookup": {"input": "customerId"}}],
+            "layers": [
+                {"id": "profile", "name": "Profile", "bindings": [{"provider": "crm"}],
+                 "requiresInput": ["region"]},
+                {"id": "policy", "name": "Policy", "content": "x"}
+            ]
+        });
+        let project = Project::from_json(&doc.to_string()).unwrap();
+        let mut inputs: BTreeMap<String, String> = (0..1000)
+            .map(|i| (format!("unused{i:04}"), "x".repeat(50)))
+            .collect();
+        inputs.insert("customerId".to_owned(), VALUE.to_owned());
+        inputs.insert("region".to_owned(), "eu".to_owned());
+        let nothing =
+            |_: &Invocation| Outcome::items(Vec::new(), Currentness::Current, Source::Live);
+        let trace = capture_turn(&project, &inputs, &nothing, Retention::Digest);
+        let recorded: Vec<&str> = trace.turn.inputs.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(recorded, ["customerId", "region"]);
+        assert_eq!(
+            trace.turn.inputs[1].digest,
+            key().input_digest("region", "eu")
+        );
+        assert!(
+            serde_json::to_string(&trace.turn).unwrap().len() < 5_000,
+            "the record does not grow with unused keys"
+        );
     }
 
     #[test]

@@ -3,6 +3,12 @@
 //! against its recorded keyed digest), the Build the turn ran is planned again with
 //! them, and each invocation's outcome is rebuilt from its provider record:
 //!
+//! Inputs: the turn record holds only the inputs the Project declares (see
+//! `turn::capture`). A replay request must carry each of them; an extra key the Build
+//! declares is refused (the turn did not carry it, so it would plan another turn), and
+//! an extra key the Build does not declare is ignored, as the turn ignored it — so a
+//! caller may replay with the very inputs of its original request.
+//!
 //! - a recorded failure, `NOT_FOUND` or an `OK` without items carries no content and
 //!   replays exactly: same status, same detail;
 //! - an `OK` with items replays exactly only from retained content, every item present
@@ -15,6 +21,7 @@
 //!
 //! Errors name input keys, providers and digests — never an input value.
 
+use super::capture::declares_input;
 use super::{Ask, OutcomeSource, UnknownProfile, plan};
 use crate::contract::{Item, LayerReason, LayerStatus, ProviderStatus};
 use crate::digest::canonical_digest;
@@ -164,8 +171,9 @@ impl From<StoreError> for ReplayError {
     }
 }
 
-/// Checks the given inputs against the turn's keyed input digests: the same key names,
-/// and for each the same value.
+/// Checks the given inputs against the turn's keyed input digests: every recorded key
+/// given, each with the same value. Keys the turn did not record are for
+/// [`recorded_inputs`] to judge, once the Build is known.
 pub(crate) fn verify_inputs(
     turn: &TurnRecord,
     inputs: &BTreeMap<String, String>,
@@ -174,12 +182,6 @@ pub(crate) fn verify_inputs(
     if let Some(missing) = turn.inputs.iter().find(|r| !inputs.contains_key(&r.key)) {
         return Err(ReplayError::MissingInput(missing.key.clone()));
     }
-    if let Some(extra) = inputs
-        .keys()
-        .find(|k| !turn.inputs.iter().any(|r| &r.key == *k))
-    {
-        return Err(ReplayError::UnexpectedInput(extra.clone()));
-    }
     for recorded in &turn.inputs {
         let given = key.input_digest(&recorded.key, &inputs[&recorded.key]);
         if !same_digest(&given, &recorded.digest) {
@@ -187,6 +189,28 @@ pub(crate) fn verify_inputs(
         }
     }
     Ok(())
+}
+
+/// The inputs a replay plans with: the recorded ones. A given key the turn did not record
+/// is refused when the Build declares it — the turn did not carry it — and left out
+/// otherwise: the turn carried it or not, no layer used it.
+fn recorded_inputs(
+    project: &Project,
+    turn: &TurnRecord,
+    inputs: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, ReplayError> {
+    let is_recorded = |key: &str| turn.inputs.iter().any(|r| r.key == key);
+    if let Some(extra) = inputs
+        .keys()
+        .find(|k| !is_recorded(k) && declares_input(project, k))
+    {
+        return Err(ReplayError::UnexpectedInput(extra.clone()));
+    }
+    Ok(inputs
+        .iter()
+        .filter(|(k, _)| is_recorded(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect())
 }
 
 /// A recorded turn as the source of its own outcomes: each invocation is answered from
@@ -258,6 +282,7 @@ pub(crate) fn replay(
     if project.digest != turn.build_digest {
         return Err(ReplayError::BuildMismatch);
     }
+    let inputs = &recorded_inputs(project, turn, inputs)?;
     let source = RecordedTurn {
         stored,
         key,
@@ -966,6 +991,35 @@ mod tests {
         assert_eq!(replayed.layers[2].status, LayerStatus::Excluded);
     }
 
+    #[test]
+    fn a_turn_with_unused_inputs_replays_with_or_without_them() {
+        let mut carried = original_inputs();
+        carried.extend((0..50).map(|i| (format!("unused{i}"), format!("value-{i}"))));
+        let spec = TurnSpec {
+            inputs: carried.clone(),
+            ..TurnSpec::default()
+        };
+        let recorded = record_turn(&project(), &spec, &answered, &key());
+        assert_eq!(recorded.stored.turn.inputs.len(), 2, "only declared inputs");
+        let with = |given: &BTreeMap<String, String>| {
+            replay(
+                &recorded.stored,
+                &project(),
+                given,
+                &key(),
+                &recorded.retained,
+            )
+        };
+        // The declared inputs alone verify…
+        assert!(with(&original_inputs()).unwrap().reproduced());
+        // …and so does the original request's whole input set: the unused keys are
+        // ignored, as the turn ignored them, whatever their values.
+        assert!(with(&carried).unwrap().reproduced());
+        let mut other_values = carried;
+        other_values.insert("unused7".to_owned(), "anything".to_owned());
+        assert!(with(&other_values).unwrap().reproduced());
+    }
+
     /// Every error a wrong replay request can cause, with the values it must not show.
     fn input_errors() -> Vec<(ReplayError, &'static str)> {
         let recorded = record_turn(&project(), &TurnSpec::default(), &answered, &key());
@@ -980,23 +1034,27 @@ mod tests {
             .unwrap_err()
         };
         let other_key = DigestKey::from_bytes(vec![8u8; 32]).unwrap();
+        // A turn that carried no region: a replay that brings one asks for another turn.
+        let without_region = TurnSpec {
+            inputs: inputs(&[("customerId", CUSTOMER)]),
+            ..TurnSpec::default()
+        };
+        let without_region = record_turn(&project(), &without_region, &answered, &key());
+        let declared_extra = replay(
+            &without_region.stored,
+            &project(),
+            &original_inputs(),
+            &key(),
+            &without_region.retained,
+        )
+        .unwrap_err();
         vec![
             (
                 attempt(&[("customerId", "CUST-1043"), ("region", REGION)], &key()),
                 "CUST-1043",
             ),
             (attempt(&[("region", REGION)], &key()), REGION),
-            (
-                attempt(
-                    &[
-                        ("customerId", CUSTOMER),
-                        ("region", REGION),
-                        ("orderId", "ORD-555"),
-                    ],
-                    &key(),
-                ),
-                "ORD-555",
-            ),
+            (declared_extra, REGION),
             (
                 attempt(&[("customerId", CUSTOMER), ("region", REGION)], &other_key),
                 CUSTOMER,
@@ -1013,7 +1071,7 @@ mod tests {
             "input customerId does not match the recorded turn"
         );
         assert!(matches!(&errors[1].0, ReplayError::MissingInput(k) if k == "customerId"));
-        assert!(matches!(&errors[2].0, ReplayError::UnexpectedInput(k) if k == "orderId"));
+        assert!(matches!(&errors[2].0, ReplayError::UnexpectedInput(k) if k == "region"));
         assert!(matches!(&errors[3].0, ReplayError::InputMismatch(k) if k == "customerId"));
     }
 

@@ -22,6 +22,15 @@ fn preview_renders_the_demo_turn_from_fixtures() {
     let text = stdout_of(&output);
     assert!(text.contains("source TEST_FIXTURE"));
     assert!(text.contains("customer-profile         INCLUDED"), "{text}");
+    // Reasons as the API spells them, never Rust's names.
+    assert!(
+        text.contains("PROVIDER_ITEMS") && text.contains("STATIC"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("ProviderItems") && !text.contains("Static "),
+        "{text}"
+    );
     assert!(text.contains("DATA NOTICE"));
     assert!(text.contains("Nordwind Logistics GmbH"));
     assert!(text.contains("Two sensors report offline"));
@@ -156,4 +165,43 @@ fn bad_arguments_name_the_problem() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr_of(&output).contains("unknown profile \"nope\""));
+}
+
+/// Fixture text with control characters and line separators cannot forge lines or drive
+/// the terminal: preview prints it escaped, the rendered block's own lines intact.
+#[test]
+fn preview_escapes_control_characters_of_fixtures() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project.json");
+    let doc = serde_json::json!({
+        "id": "p", "version": "1",
+        "providers": [{"id": "crm", "name": "CRM", "lookup": {"input": "customerId"}}],
+        "layers": [{"id": "profile", "name": "Profile", "bindings": [{"provider": "crm"}]}],
+        "tests": [{
+            "id": "t", "request": {"inputs": {"customerId": "C1"}},
+            "providers": {"crm": {"items": [{
+                "id": "C1", "title": "Gold\u{2028}BLOCKED by required layer(s): all",
+                "content": "Gold customer\u{1b}[2J\rtenant alpha"
+            }]}}
+        }]
+    });
+    std::fs::write(&project, doc.to_string()).unwrap();
+    let output = ctxd()
+        .args([
+            "preview",
+            project.to_str().unwrap(),
+            "--input",
+            "customerId=C1",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let text = stdout_of(&output);
+    // Escaped here, or already normalised in the rendered text: never raw.
+    assert!(text.contains("Gold customer"), "{text}");
+    assert!(!text.contains('\u{1b}') && !text.contains('\u{2028}') && !text.contains('\r'));
+    assert!(
+        !text.lines().any(|l| l.starts_with("tenant alpha")),
+        "{text}"
+    );
 }

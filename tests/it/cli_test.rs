@@ -48,8 +48,12 @@ fn human_output_lists_each_test() {
         .unwrap();
     let text = stdout_of(&output);
     assert!(
-        text.contains("PASS    full-support-turn  (deterministic)"),
+        text.contains("  PASSED  full-support-turn  (deterministic)"),
         "{text}"
+    );
+    assert!(
+        !text.contains("PASS "),
+        "one spelling: PASSED, as the docs say"
     );
     assert!(text.contains("0 failed, 0 unknown"), "{text}");
 }
@@ -87,9 +91,9 @@ fn failing_expectations_fail_the_run() {
     assert_eq!(output.status.code(), Some(1));
     let text = stdout_of(&output);
     for expected in [
-        "FAIL    wrong",
+        "FAILED  wrong",
         "blocked: expected true, got false",
-        "layer history: expected INCLUDED, got UNAVAILABLE",
+        "layer history: expected INCLUDED, got UNAVAILABLE (PROVIDER_FAILED)",
         "provider orders: expected OK, got TIMEOUT",
         "rendered text does not contain \"Silver customer\"",
         "rendered text contains \"Gold\"",

@@ -16,11 +16,15 @@ const VALUE: &str = "CUST-7001";
 const MARKER: &str = "QUOKKA-ERROR-MARKER";
 
 fn project() -> String {
+    project_with_max_items(2)
+}
+
+fn project_with_max_items(max_items: u32) -> String {
     json!({
         "id": "acme", "version": "1.0.0",
         "budget": {"maxBytes": 1500},
         "providers": [
-            {"id": "logs", "name": "Logs", "lookup": {"input": "customerId", "pattern": "^CUST-[0-9]{4}$"}, "maxItems": 2}
+            {"id": "logs", "name": "Logs", "lookup": {"input": "customerId", "pattern": "^CUST-[0-9]{4}$"}, "maxItems": max_items}
         ],
         "layers": [
             {"id": "recent-logs", "name": "Recent logs", "bindings": [{"provider": "logs"}], "handles": true}
@@ -560,6 +564,61 @@ async fn deleted_and_expired_handles_are_stale_and_other_tenants_see_nothing() {
     );
     assert_eq!(answer["error"]["reason"], "expired");
     assert_eq!(answer["error"]["deletedVersion"], 1);
+}
+
+/// Each tenant holds its own share of the store, and a turn keeps only the handles it
+/// returns: fifteen large items a turn, most dropped for budget, neither fill a tenant's
+/// share nor touch another tenant's handles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_items_take_no_room_and_no_tenant_evicts_another() {
+    let items: Vec<Value> = (0..15)
+        .map(|i| json!({"id": format!("LOG-{i}"), "title": "Application log", "content": large_content()}))
+        .collect();
+    let server = ProviderServer::new().lookup_items(items).start().await;
+    let tenants = [
+        TenantSpec::new("acme", KEY, project_with_max_items(15), binding(&server)),
+        TenantSpec::new(
+            "globex",
+            OTHER_KEY,
+            project_with_max_items(15),
+            binding(&server),
+        ),
+    ];
+    // 1 MiB: half a MiB for each tenant; one turn's fifteen items are ~400 KB.
+    let deployment = Deployment::with_trace(&tenants, "\n[handles]\nmax_total_bytes = 1048576");
+    let ctxd = Ctxd::start(&deployment.config, &[], &[]);
+    let metadata = json!({"version": 1, "op": {"kind": "metadata"}});
+
+    let (_, theirs) = handle_from_turn(&ctxd, OTHER_KEY).await;
+    let theirs = theirs["id"].as_str().unwrap().to_owned();
+    let (body, mine) = handle_from_turn(&ctxd, KEY).await;
+    let mine = mine["id"].as_str().unwrap().to_owned();
+    let returned = body["selections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s.get("handle").is_some())
+        .count();
+    let dropped = body["cuts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["action"] == "DROPPED")
+        .count();
+    assert!(returned < 15 && dropped > 0, "{body:#}");
+
+    // Were the dropped items kept, five more turns would fill acme's share, evicting
+    // its first handle — and, in a shared store, globex's.
+    for _ in 0..5 {
+        handle_from_turn(&ctxd, KEY).await;
+    }
+    let (status, answer) = op(&ctxd, OTHER_KEY, &theirs, metadata.clone()).await;
+    assert_eq!(
+        status, 200,
+        "another tenant's turns never evict: {answer:#}"
+    );
+    let (status, answer) = op(&ctxd, KEY, &mine, metadata).await;
+    assert_eq!(status, 200, "dropped items took no room: {answer:#}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

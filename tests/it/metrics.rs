@@ -2,7 +2,7 @@
 //! coordinator overhead, provider calls, in-flight and circuit gauges and trace writer
 //! figures, with low-cardinality labels only, and passes `promtool check metrics`.
 
-use crate::provider_server::{Behaviour, ProviderServer};
+use crate::provider_server::{Behaviour, ProviderServer, RunningProvider};
 use crate::server::{Ctxd, Deployment, TenantSpec, client, turn};
 use serde_json::json;
 use std::io::Write;
@@ -26,6 +26,15 @@ fn project() -> String {
         ]
     })
     .to_string()
+}
+
+/// A binding of both of the project's providers to one provider server.
+fn both_providers_on(server: &RunningProvider) -> String {
+    format!(
+        "revision = \"m1\"\n[providers.crm]\ntype = \"http\"\nendpoint = \"{0}\"\n\
+         [providers.billing]\ntype = \"http\"\nendpoint = \"{0}\"\n",
+        server.url()
+    )
 }
 
 async fn scrape(ctxd: &Ctxd) -> String {
@@ -82,7 +91,8 @@ async fn metrics_cover_turns_providers_and_traces_with_safe_labels() {
         "ctxd_coordinator_overhead_seconds_bucket{le=\"0.00005\"}",
         "ctxd_provider_call_duration_seconds_bucket{provider=\"crm\",le=\"",
         "ctxd_provider_in_flight{provider=\"crm\"} 0",
-        "ctxd_provider_circuit_state{provider=\"crm\"} 0",
+        "ctxd_provider_circuits{provider=\"crm\",state=\"closed\"} 1",
+        "ctxd_provider_circuits{provider=\"crm\",state=\"open\"} 0",
         "ctxd_trace_batches_total",
         "ctxd_trace_records_total 9",
         "ctxd_trace_write_duration_seconds_bucket",
@@ -133,12 +143,7 @@ async fn metrics_cover_turns_providers_and_traces_with_safe_labels() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tenant_label_is_opt_in_and_metrics_can_be_off() {
     let crm = ProviderServer::new().start().await;
-    let binding = format!(
-        "revision = \"m1\"\n[providers.crm]\ntype = \"http\"\nendpoint = \"{}\"\n\
-         [providers.billing]\ntype = \"http\"\nendpoint = \"{}\"\n",
-        crm.url(),
-        crm.url()
-    );
+    let binding = both_providers_on(&crm);
     let deployment = Deployment::new(&[TenantSpec::new("acme", KEY, project(), binding.clone())]);
     let config = std::fs::read_to_string(&deployment.config).unwrap();
     std::fs::write(
@@ -155,10 +160,13 @@ async fn the_tenant_label_is_opt_in_and_metrics_can_be_off() {
     .await;
     assert_eq!(status, 200);
     let text = scrape(&ctxd).await;
-    assert!(
-        text.contains("ctxd_turns_total{outcome=\"answered\",tenant=\"acme\"} 1"),
-        "{text}"
-    );
+    for expected in [
+        "ctxd_turns_total{outcome=\"answered\",tenant=\"acme\"} 1",
+        "ctxd_provider_circuit_state{provider=\"crm\",tenant=\"acme\"} 0",
+        "ctxd_provider_circuits{provider=\"crm\",state=\"closed\"} 1",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
     drop(ctxd);
 
     let deployment = Deployment::new(&[TenantSpec::new("acme", KEY, project(), binding)]);
@@ -171,4 +179,32 @@ async fn the_tenant_label_is_opt_in_and_metrics_can_be_off() {
     let ctxd = Ctxd::start(&deployment.config, &[], &[]);
     let response = client().get(ctxd.url("/metrics")).send().await.unwrap();
     assert_eq!(response.status(), 404);
+}
+
+/// Before any turn, the series dashboards and alerts watch are already there, at zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watched_series_are_exported_at_zero_from_start_up() {
+    let crm = ProviderServer::new().start().await;
+    let binding = both_providers_on(&crm);
+    let deployment = Deployment::new(&[TenantSpec::new("acme", KEY, project(), binding)]);
+    let ctxd = Ctxd::start(&deployment.config, &[], &[]);
+    let text = scrape(&ctxd).await;
+    for expected in [
+        "ctxd_turns_total{outcome=\"answered\"} 0",
+        "ctxd_turns_total{outcome=\"blocked\"} 0",
+        "ctxd_turns_total{outcome=\"too_many_turns\"} 0",
+        "ctxd_turns_total{outcome=\"runtime_unavailable\"} 0",
+        "ctxd_provider_calls_total{provider=\"crm\",status=\"OK\",detail=\"\"} 0",
+        "ctxd_provider_calls_total{provider=\"billing\",status=\"TIMEOUT\",detail=\"\"} 0",
+        "ctxd_provider_circuits{provider=\"billing\",state=\"open\"} 0",
+        "ctxd_provider_circuits{provider=\"crm\",state=\"closed\"} 1",
+        "ctxd_provider_in_flight{provider=\"crm\"} 0",
+        "ctxd_trace_batches_total 0",
+        "ctxd_trace_records_total 0",
+        "ctxd_trace_backpressure_total 0",
+        "ctxd_handle_operations_total{op=\"search\",result=\"ok\"} 0",
+        "ctxd_handle_operations_total{op=\"delete\",result=\"ok\"} 0",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
 }

@@ -247,6 +247,33 @@ async fn search_is_exact_paginated_and_tenant_scoped() {
     newest_first.reverse();
     assert_eq!(paged, newest_first);
 
+    // Cursors are sealed for one tenant and one search: a bare row number, another
+    // tenant's cursor and another search's are refused, naming the parameter.
+    let page = search_until(&world.ctxd, KEY, "limit=1", 1).await;
+    let cursor = page["nextCursor"].as_str().unwrap().to_owned();
+    for (key, query) in [
+        (KEY, "limit=1&cursor=0000000000000001".to_owned()),
+        (KEY, format!("limit=1&cursor={}", "0".repeat(cursor.len()))),
+        (OTHER_KEY, format!("limit=1&cursor={cursor}")),
+        (KEY, format!("limit=1&provider=crm&cursor={cursor}")),
+    ] {
+        let response = client()
+            .get(world.ctxd.url(&format!("/v1/traces?{query}")))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{query}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["field"], "cursor", "{query}: {body:#}");
+    }
+    let next = search_until(&world.ctxd, KEY, &format!("limit=5&cursor={cursor}"), 1).await;
+    assert_eq!(
+        turn_ids(&next)[0],
+        newest_first[1],
+        "the same search continues"
+    );
+
     // One turn, tenant-scoped.
     let http = client();
     let mine = http

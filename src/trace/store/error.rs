@@ -1,7 +1,7 @@
 //! What can go wrong in the trace store, and the one way a SQLite failure becomes a
 //! [`StoreError`] naming the file and the operation.
 
-use crate::trace::query::InvalidCursor;
+use crate::trace::cursor::InvalidCursor;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -60,9 +60,13 @@ pub enum StoreError {
         column: usize,
     },
     #[error(
-        "the cursor is not one this trace store issued: pass next_cursor from the previous page unchanged"
+        "the cursor is not one this search issued: pass next_cursor from the previous page unchanged, with the same filters"
     )]
     InvalidCursor,
+    #[error(
+        "trace store {path}: paging needs the digest key (cursors are sealed with it), and this reader was opened without it"
+    )]
+    NoCursorKey { path: PathBuf },
     #[error(
         "trace store {path}: reading retained content needs the digest key, and this reader was opened without it"
     )]

@@ -6,10 +6,11 @@ use super::error::{StoreError, sqlite};
 use super::schema::{BUSY_TIMEOUT, STATEMENT_CACHE, require_current};
 use super::seal::RetentionCipher;
 use crate::contract::Item;
+use crate::trace::cursor::CursorSeal;
 use crate::trace::digest::DigestKey;
 use crate::trace::query::{
     self, HANDLE_OPERATIONS, HandleOperationsPage, MAX_HANDLE_OPERATIONS, MAX_LIMIT, SearchPage,
-    SearchQuery, TENANTS, decode_cursor, encode_cursor,
+    SearchQuery, TENANTS,
 };
 use crate::trace::record::HandleOpRecord;
 use crate::trace::record::{StoredTurn, TurnRecord};
@@ -42,6 +43,8 @@ pub struct TraceReader {
     conn: Connection,
     path: PathBuf,
     cipher: Option<RetentionCipher>,
+    /// Seals and opens search cursors; without the key a search gives no cursor.
+    cursors: Option<CursorSeal>,
 }
 
 impl fmt::Debug for TraceReader {
@@ -54,8 +57,9 @@ impl fmt::Debug for TraceReader {
 }
 
 impl TraceReader {
-    /// `key` decrypts retained content; without it `retained` errors. The store must
-    /// exist and have exactly this code's schema version.
+    /// `key` decrypts retained content and seals search cursors; without it `retained`
+    /// errors and a search issues no cursor (and takes none). The store must exist and
+    /// have exactly this code's schema version.
     pub fn open(path: &Path, key: Option<&DigestKey>) -> Result<TraceReader, StoreError> {
         let open_error = |source| StoreError::Open {
             path: path.to_path_buf(),
@@ -76,6 +80,7 @@ impl TraceReader {
             conn,
             path: path.to_path_buf(),
             cipher: key.map(RetentionCipher::new),
+            cursors: key.map(CursorSeal::new),
         })
     }
 
@@ -84,8 +89,20 @@ impl TraceReader {
     }
 
     /// Turns matching every filter, newest first, each with all its provider records.
+    /// A cursor is taken, and the next one given, only for this very search (tenant and
+    /// filters): another one's is [`StoreError::InvalidCursor`].
     pub fn search(&self, query: &SearchQuery) -> Result<SearchPage, StoreError> {
-        let (seqs, next_cursor) = matching_seqs(&self.conn, &self.path, query)?;
+        let before = match (&query.cursor, &self.cursors) {
+            (None, _) => i64::MAX,
+            (Some(cursor), Some(cursors)) => cursors.open(query, cursor)?,
+            (Some(_), None) => {
+                return Err(StoreError::NoCursorKey {
+                    path: self.path.clone(),
+                });
+            }
+        };
+        let (seqs, last) = matching_seqs(&self.conn, &self.path, query, before)?;
+        let next_cursor = last.and_then(|seq| Some(self.cursors.as_ref()?.seal(query, seq)));
         let mut traces = Vec::with_capacity(seqs.len());
         for seq in seqs {
             let record: Option<String> = self
@@ -100,6 +117,7 @@ impl TraceReader {
         Ok(SearchPage {
             traces,
             next_cursor,
+            more: last.is_some(),
         })
     }
 
@@ -268,17 +286,15 @@ fn tenants(conn: &Connection, path: &Path) -> Result<Vec<String>, StoreError> {
     Ok(names)
 }
 
-/// The seqs of one page, newest first, and the cursor of the next page.
+/// The seqs of one page below `before`, newest first, and — when more follow — the seq
+/// the next page starts below.
 fn matching_seqs(
     conn: &Connection,
     path: &Path,
     query: &SearchQuery,
-) -> Result<(Vec<i64>, Option<String>), StoreError> {
+    before: i64,
+) -> Result<(Vec<i64>, Option<i64>), StoreError> {
     let limit = query.limit.clamp(1, MAX_LIMIT);
-    let before = match &query.cursor {
-        Some(cursor) => decode_cursor(cursor)?,
-        None => i64::MAX,
-    };
     let tenants = match &query.tenant {
         Some(tenant) => vec![tenant.clone()],
         None => tenants(conn, path)?,
@@ -305,13 +321,13 @@ fn matching_seqs(
     }
     seqs.sort_unstable_by(|a, b| b.cmp(a));
     seqs.dedup();
-    let next_cursor = if seqs.len() > limit {
+    let next = if seqs.len() > limit {
         seqs.truncate(limit);
-        seqs.last().copied().map(encode_cursor)
+        seqs.last().copied()
     } else {
         None
     };
-    Ok((seqs, next_cursor))
+    Ok((seqs, next))
 }
 
 /// The operation records (JSON) of `handle` for `tenant` with a sequence above `after`,
