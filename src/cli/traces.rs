@@ -80,6 +80,8 @@ pub(crate) struct SearchArgs {
     /// The next page: the cursor printed after the previous one
     #[arg(long)]
     pub(crate) cursor: Option<String>,
+    /// `table`: one line per turn; `json`: the page of traces with `nextCursor`, as
+    /// `GET /v1/traces` answers it
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub(crate) format: Format,
 }
@@ -93,6 +95,7 @@ pub(crate) struct ShowArgs {
     /// Show the turn only if it belongs to this tenant
     #[arg(long)]
     pub(crate) tenant: Option<String>,
+    /// `table`: the turn's layers, providers and selections; `json`: the stored trace
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub(crate) format: Format,
 }
@@ -104,7 +107,7 @@ pub(crate) enum Format {
 }
 
 pub(crate) fn run(args: &TracesArgs) -> anyhow::Result<ExitCode> {
-    run_with(args, &mut std::io::stdout().lock())
+    run_with(args, &mut super::stdout())
 }
 
 /// Runs the subcommand, writing its output to `out`.
@@ -154,12 +157,12 @@ fn run_show(args: &ShowArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
             Some(tenant) => bail!(
                 "turn {:?} of tenant {tenant:?} is not in the trace store {}",
                 args.turn,
-                reader.path().display()
+                super::shown_path(reader.path())
             ),
             None => bail!(
                 "turn {:?} is not in the trace store {}",
                 args.turn,
-                reader.path().display()
+                super::shown_path(reader.path())
             ),
         }
     };
@@ -200,7 +203,7 @@ fn open(location: &StoreArgs) -> anyhow::Result<TraceReader> {
         };
         bail!(
             "the trace store {} ({source}) does not exist",
-            path.display()
+            super::shown_path(&path)
         );
     }
     TraceReader::open(&path, None).context("cannot read traces")

@@ -2,6 +2,7 @@
 
 mod cli_build;
 mod cli_doctor;
+mod cli_output;
 mod cli_preview;
 mod cli_provider_check;
 mod cli_test;
