@@ -12,6 +12,7 @@ mod http_provider;
 mod metrics;
 mod provenance;
 mod provider_server;
+mod readme_demo;
 mod serve;
 mod server;
 mod sqlite_provider;
