@@ -17,3 +17,4 @@ mod serve;
 mod server;
 mod sqlite_provider;
 mod support;
+mod writing_a_provider;
