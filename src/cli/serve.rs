@@ -8,7 +8,6 @@ use crate::config::{EnvVars, ServerConfig};
 use crate::telemetry::LogFormat;
 use anyhow::{Context, anyhow};
 use clap::Args;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -87,9 +86,8 @@ pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         let serving = actix_rt::spawn(server);
         tracing::info!(%address, mode = ?mode, workers, "ctxd serving");
         // The line tests and scripts wait for.
-        let mut stdout = super::stdout();
-        writeln!(stdout, "ctxd listening on http://{address}")?;
-        stdout.flush()?;
+        // Its own statement: the stdout lock must not be held while serving.
+        super::print(&format!("ctxd listening on http://{address}\n"))?;
 
         wait_for_signal().await;
         tracing::info!("shutting down: finishing in-flight turns");

@@ -204,11 +204,8 @@ async fn log_format_json_writes_one_object_per_line() {
             &[("CRM_TOKEN", SECRET), ("CTXD_LOG_FORMAT", "json")][..],
         ),
     ] {
-        let mut ctxd = Ctxd::start(&deployment.config, extra, env);
-        logs_with(&ctxd, "provider readiness changed");
-        ctxd.terminate();
-        assert!(ctxd.wait(Duration::from_secs(20)).success());
-        let lines = json_lines(&ctxd.logs());
+        let ctxd = Ctxd::start(&deployment.config, extra, env);
+        let lines = json_lines(&logs_with(&ctxd, "provider readiness changed"));
         let unready = lines
             .iter()
             .find(|line| line["fields"]["message"] == "provider readiness changed")
@@ -219,7 +216,8 @@ async fn log_format_json_writes_one_object_per_line() {
         assert!(
             lines
                 .iter()
-                .any(|line| line["fields"]["message"] == "shut down")
+                .any(|line| line["fields"]["message"] == "ctxd serving"),
+            "{lines:#?}"
         );
     }
 }
