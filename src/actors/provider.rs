@@ -259,13 +259,23 @@ impl ProviderActor {
                 }
             }
             if was_ready != actor.readiness.ready {
-                tracing::info!(
-                    tenant = %actor.gate.tenant,
-                    provider = %actor.gate.provider,
-                    ready = actor.readiness.ready == Some(true),
-                    problem = actor.readiness.problem.as_deref().unwrap_or(""),
-                    "provider readiness changed"
-                );
+                // Becoming unready is what an operator must see: turns through this
+                // provider now fail.
+                match actor.readiness.problem.as_deref() {
+                    None => tracing::info!(
+                        tenant = %actor.gate.tenant,
+                        provider = %actor.gate.provider,
+                        ready = true,
+                        "provider readiness changed"
+                    ),
+                    Some(problem) => tracing::warn!(
+                        tenant = %actor.gate.tenant,
+                        provider = %actor.gate.provider,
+                        ready = false,
+                        problem,
+                        "provider readiness changed"
+                    ),
+                }
             }
         }));
     }

@@ -30,7 +30,7 @@ pub(crate) fn run(args: &BuildArgs) -> anyhow::Result<ExitCode> {
                 project.digest
             );
         }
-        None => std::io::stdout().write_all(text.as_bytes())?,
+        None => super::print(&text)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -166,7 +166,7 @@ pub(crate) fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     let report = runtime.block_on(diagnose(&args.config, &env));
-    let mut out = std::io::stdout().lock();
+    let mut out = super::stdout();
     for check in &report.checks {
         writeln!(out, "{check}")?;
     }
@@ -300,14 +300,14 @@ fn digest_key(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
             SUBJECT,
             format!(
                 "{name:?} is not set; the generated key {} is used ({shared})",
-                key_file.display()
+                super::shown_path(&key_file)
             ),
         ),
         Ok(_) => report.fail(
             SUBJECT,
             format!(
                 "{name:?} is not set and the generated key {} is shorter than {MIN_KEY_BYTES} bytes: serve refuses it",
-                key_file.display()
+                super::shown_path(&key_file)
             ),
         ),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -316,14 +316,14 @@ fn digest_key(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
                     SUBJECT,
                     format!(
                         "{name:?} is not set; serve will generate {} ({shared})",
-                        key_file.display()
+                        super::shown_path(&key_file)
                     ),
                 ),
                 Err(problem) => report.fail(
                     SUBJECT,
                     format!(
                         "{name:?} is not set and the generated key {} cannot be created: {problem}",
-                        key_file.display()
+                        super::shown_path(&key_file)
                     ),
                 ),
             }
@@ -332,7 +332,7 @@ fn digest_key(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
             SUBJECT,
             format!(
                 "{name:?} is not set and the generated key {} cannot be read: {error}",
-                key_file.display()
+                super::shown_path(&key_file)
             ),
         ),
     }
@@ -349,28 +349,28 @@ fn trace_store(report: &mut Report, server: &ServerConfig) {
             SUBJECT,
             format!(
                 "{} cannot be written: {problem}",
-                store.display()
+                super::shown_path(store)
             ),
         ),
         Ok(_) if std::fs::metadata(store).is_ok_and(|m| m.permissions().readonly()) => report
             .fail(
                 SUBJECT,
-                format!("{} is a read-only file: serve cannot write traces", store.display()),
+                format!("{} is a read-only file: serve cannot write traces", super::shown_path(store)),
             ),
         Ok(Probe::Existing) => report.ok(
             SUBJECT,
             format!(
                 "folder {} is writable (a temp file was created and removed; the store {} was not opened)",
-                folder.display(),
-                store.display()
+                super::shown_path(&folder),
+                super::shown_path(store)
             ),
         ),
         Ok(Probe::Ancestor(ancestor)) => report.ok(
             SUBJECT,
             format!(
                 "folder {} does not exist yet; serve creates it in {}, which is writable (a temp file was created and removed)",
-                folder.display(),
-                ancestor.display()
+                super::shown_path(&folder),
+                super::shown_path(&ancestor)
             ),
         ),
     }
@@ -391,7 +391,7 @@ fn probe_writable(folder: &Path) -> Result<Probe, String> {
     let mut existing = true;
     while !target.is_dir() {
         if target.exists() {
-            return Err(format!("{} is not a folder", target.display()));
+            return Err(format!("{} is not a folder", super::shown_path(&target)));
         }
         existing = false;
         target = match target.parent() {
@@ -415,8 +415,13 @@ fn probe_writable(folder: &Path) -> Result<Probe, String> {
         .open(&probe)
         .and_then(|mut file| file.write_all(b"ctxd doctor\n"));
     let removed = std::fs::remove_file(&probe);
-    written.map_err(|e| format!("cannot create a file in {}: {e}", target.display()))?;
-    removed.map_err(|e| format!("cannot remove {}: {e}", probe.display()))?;
+    written.map_err(|e| {
+        format!(
+            "cannot create a file in {}: {e}",
+            super::shown_path(&target)
+        )
+    })?;
+    removed.map_err(|e| format!("cannot remove {}: {e}", super::shown_path(&probe)))?;
     Ok(if existing {
         Probe::Existing
     } else {
@@ -440,7 +445,7 @@ async fn check_tenant(
     let problems: Vec<&DeploymentProblem> = deployment.problems_of(resolved.index).collect();
     let mut bindings_told: Vec<&Path> = Vec::new();
     for (index, reference) in tenant.projects.iter().enumerate() {
-        let project_file = reference.path.display().to_string();
+        let project_file = super::shown_path(&reference.path);
         let loaded = resolved.projects.iter().find(|p| p.index == index);
         match loaded {
             Some(loaded) => report.ok(
@@ -476,7 +481,7 @@ async fn check_tenant(
                         format!(
                             "project {} ({project_file}) is already served by this tenant from {}",
                             loaded.project.id(),
-                            tenant.projects[*first].path.display()
+                            super::shown_path(&tenant.projects[*first].path)
                         ),
                     );
                 }
@@ -487,7 +492,7 @@ async fn check_tenant(
                         format!(
                             "required by project {} but {} has no entry for it: its layers would be NOT_BOUND",
                             loaded.project.id(),
-                            reference.binding.display()
+                            super::shown_path(&reference.binding)
                         ),
                     );
                 }
@@ -517,7 +522,7 @@ async fn check_tenant(
                         problem,
                         format!(
                             "no project of the tenant that uses {} declares it: serve never calls it (ctxd validate reports it)",
-                            binding.path.display()
+                            super::shown_path(&binding.path)
                         ),
                     );
                 }
@@ -543,7 +548,7 @@ fn binding_loads(
             subject,
             format!(
                 "binding {} loads (revision {:?}, {}, {})",
-                path.display(),
+                super::shown_path(path),
                 loaded.binding.revision,
                 plural(loaded.binding.providers.len(), "provider"),
                 loaded.binding.digest
@@ -614,7 +619,9 @@ async fn check_provider(subject: String, provider: &ProviderBinding, env: &EnvVa
 fn target(provider: &ProviderBinding) -> String {
     match &provider.kind {
         ProviderKind::Http { endpoint, .. } => format!("endpoint {endpoint}"),
-        ProviderKind::Sqlite { database, .. } => format!("database {}", database.display()),
+        ProviderKind::Sqlite { database, .. } => {
+            format!("database {}", super::shown_path(database))
+        }
     }
 }
 

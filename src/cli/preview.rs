@@ -17,8 +17,12 @@ pub(crate) struct PreviewArgs {
     /// A turn input as KEY=VALUE; repeat for several
     #[arg(long = "input", value_name = "KEY=VALUE")]
     pub(crate) inputs: Vec<String>,
+    /// The turn's objective; layers scoped to objectives need it (`NOT_REQUESTED`
+    /// without it)
     #[arg(long)]
     pub(crate) objective: Option<String>,
+    /// The turn's consumer; layers scoped to consumers need it (`NOT_REQUESTED` without
+    /// it)
     #[arg(long)]
     pub(crate) consumer: Option<String>,
     /// Profile id (`default` when absent)
@@ -27,6 +31,8 @@ pub(crate) struct PreviewArgs {
     /// Byte budget for the rendered text (the project's budget caps it)
     #[arg(long)]
     pub(crate) max_bytes: Option<usize>,
+    /// `human`: statuses and the rendered text; `json`: the turn as `POST /v1/turns`
+    /// reports it
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub(crate) format: Format,
 }
@@ -44,8 +50,8 @@ pub(crate) fn run(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
     };
     let result = preview(&project, &request).context("cannot preview")?;
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&result)?),
-        Format::Human => print!("{}", human(&result)),
+        Format::Json => super::print_json(&result)?,
+        Format::Human => super::print(&human(&result))?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,6 +1,7 @@
 //! `ctxd provider-check URL`: a conformance check for provider authors. It speaks the
 //! `context-provider.v1` wire to one endpoint and reports each rule of the contract as
-//! `PASS`, `FAIL` or `SKIP` with a detail; exit 1 if any rule failed.
+//! `PASS`, `WARN` (met, but read by ctxd in a way that bites: a lookup answer without
+//! `currentness`), `FAIL` or `SKIP` with a detail; exit 1 if any rule failed.
 //!
 //! It uses its own small client rather than `HttpProvider`, because it must see what
 //! ctxd only classifies: raw statuses, header names, bodies. The client has the same
@@ -59,6 +60,8 @@ pub(crate) struct ProviderCheckArgs {
     /// Deadline of each exchange, in milliseconds (50..=10000, as in bindings)
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(50..=10_000))]
     pub(crate) timeout_ms: u64,
+    /// `human`: one `PASS|WARN|FAIL|SKIP rule: detail` line per rule; `json`: the rules
+    /// and their counts as one object
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub(crate) format: Format,
 }
@@ -70,6 +73,9 @@ pub(crate) use super::HumanOrJson as Format;
 #[serde(rename_all = "UPPERCASE")]
 pub(crate) enum Verdict {
     Pass,
+    /// Meets the contract, but ctxd will read the answer in a way the author may not
+    /// expect; does not fail the check.
+    Warn,
     Fail,
     /// Could not be judged (no secret bound, nothing answered); does not fail the check.
     Skip,
@@ -79,6 +85,7 @@ impl Verdict {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Verdict::Pass => "PASS",
+            Verdict::Warn => "WARN",
             Verdict::Fail => "FAIL",
             Verdict::Skip => "SKIP",
         }
@@ -117,6 +124,14 @@ impl Conformance {
         }
     }
 
+    fn judgement(&mut self, rule: &'static str, judgement: Judgement) {
+        match judgement {
+            Judgement::Pass(detail) => self.push(rule, Verdict::Pass, detail),
+            Judgement::Fail(detail) => self.push(rule, Verdict::Fail, detail),
+            Judgement::Skip(detail) => self.push(rule, Verdict::Skip, detail),
+        }
+    }
+
     pub(crate) fn count(&self, verdict: Verdict) -> usize {
         self.rules.iter().filter(|r| r.verdict == verdict).count()
     }
@@ -125,10 +140,15 @@ impl Conformance {
         self.count(Verdict::Fail) == 0
     }
 
-    /// `provider-check: 7 passed, 0 failed, 1 skipped`.
+    /// `provider-check: 7 passed, 0 failed, 1 skipped`; `, 1 warned` after `passed` only
+    /// when a rule warned.
     pub(crate) fn summary(&self) -> String {
+        let warned = match self.count(Verdict::Warn) {
+            0 => String::new(),
+            n => format!(", {n} warned"),
+        };
         format!(
-            "provider-check: {} passed, {} failed, {} skipped",
+            "provider-check: {} passed{warned}, {} failed, {} skipped",
             self.count(Verdict::Pass),
             self.count(Verdict::Fail),
             self.count(Verdict::Skip)
@@ -157,6 +177,7 @@ impl Conformance {
             "passed": self.passed(),
             "counts": {
                 "passed": self.count(Verdict::Pass),
+                "warned": self.count(Verdict::Warn),
                 "failed": self.count(Verdict::Fail),
                 "skipped": self.count(Verdict::Skip),
             },
@@ -184,8 +205,8 @@ pub(crate) fn run(args: &ProviderCheckArgs) -> anyhow::Result<ExitCode> {
         .build()?;
     let conformance = runtime.block_on(check(&target))?;
     match args.format {
-        Format::Human => print!("{}", conformance.human()),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&conformance.json())?),
+        Format::Human => super::print(&conformance.human())?,
+        Format::Json => super::print_json(&conformance.json())?,
     }
     Ok(if conformance.passed() {
         ExitCode::SUCCESS
@@ -285,25 +306,25 @@ async fn check(target: &Target) -> anyhow::Result<Conformance> {
     report.judged("describe", describe_rule(&describe));
     let first = lookup_rule(&lookup, target.limit);
     let first_items = first.as_ref().ok().map(|(count, _)| *count);
-    report.judged("lookup", first.map(|(_, detail)| detail));
-    match limit_rule(&limited, &lookup, first_items) {
-        Judgement::Pass(detail) => report.push("limit-honoured", Verdict::Pass, detail),
-        Judgement::Fail(detail) => report.push("limit-honoured", Verdict::Fail, detail),
-        Judgement::Skip(detail) => report.push("limit-honoured", Verdict::Skip, detail),
+    match first {
+        Ok((_, detail)) if currentness_missing(&lookup) => report.push(
+            "lookup",
+            Verdict::Warn,
+            format!(
+                "{detail}; ctxd reads an answer without currentness as UNKNOWN, so a layer with \"currentness\": \"required\" is UNKNOWN (NOT_CURRENT) and blocks the turn if required: send \"currentness\": \"CURRENT\", \"STALE\" or \"UNKNOWN\" beside items"
+            ),
+        ),
+        first => report.judged("lookup", first.map(|(_, detail)| detail)),
     }
+    report.judgement("limit-honoured", limit_rule(&limited, &lookup, first_items));
     report.judged("not-found", not_found_rule(&absent, &absent_value));
 
     let exchanges = [&describe, &lookup, &limited, &absent];
-    match redirect_rule(&exchanges) {
-        Judgement::Pass(detail) => report.push("no-redirects", Verdict::Pass, detail),
-        Judgement::Fail(detail) => report.push("no-redirects", Verdict::Fail, detail),
-        Judgement::Skip(detail) => report.push("no-redirects", Verdict::Skip, detail),
-    }
-    match reflection_rule(&exchanges, target.secret.as_deref()) {
-        Judgement::Pass(detail) => report.push("no-credential-reflection", Verdict::Pass, detail),
-        Judgement::Fail(detail) => report.push("no-credential-reflection", Verdict::Fail, detail),
-        Judgement::Skip(detail) => report.push("no-credential-reflection", Verdict::Skip, detail),
-    }
+    report.judgement("no-redirects", redirect_rule(&exchanges));
+    report.judgement(
+        "no-credential-reflection",
+        reflection_rule(&exchanges, target.secret.as_deref()),
+    );
     report.push(
         "value-in-body-only",
         Verdict::Pass,
@@ -591,7 +612,11 @@ fn lookup_rule(exchange: &Exchange, limit: u32) -> Result<(usize, String), Strin
     let mut detail = format!(
         "200, {} (limit {limit}), currentness {}, version {}, revision {}",
         items(count),
-        response.currentness.as_str(),
+        if currentness_missing(exchange) {
+            "not given"
+        } else {
+            response.currentness.as_str()
+        },
         response.version.as_deref().map_or("-".to_owned(), shown),
         response.revision.as_deref().map_or("-".to_owned(), shown),
     );
@@ -601,6 +626,17 @@ fn lookup_rule(exchange: &Exchange, limit: u32) -> Result<(usize, String), Strin
         );
     }
     Ok((count, detail))
+}
+
+/// A lookup answer that leaves out `currentness`, which ctxd reads as `UNKNOWN` — the
+/// contract allows it, but a `currentness: "required"` layer then never takes the
+/// provider's data. (`null` is no answer either: it is malformed, and `lookup` fails.)
+fn currentness_missing(exchange: &Exchange) -> bool {
+    let Ok(answer) = &exchange.answer else {
+        return false;
+    };
+    serde_json::from_slice::<Value>(&answer.body)
+        .is_ok_and(|body| body.get("currentness").is_none())
 }
 
 fn items(count: usize) -> String {
@@ -823,6 +859,62 @@ mod tests {
                 .unwrap_err()
                 .contains("--value")
         );
+    }
+
+    #[test]
+    fn a_lookup_answer_without_currentness_is_noticed() {
+        let items = serde_json::json!([{"id": "a"}]);
+        for (body, missing) in [
+            (
+                serde_json::json!({"contract": CONTRACT, "items": items}),
+                true,
+            ),
+            (
+                serde_json::json!({"contract": CONTRACT, "currentness": null, "items": items}),
+                false,
+            ),
+            (
+                serde_json::json!({"contract": CONTRACT, "currentness": "UNKNOWN", "items": items}),
+                false,
+            ),
+            (
+                serde_json::json!({"contract": CONTRACT, "currentness": "CURRENT", "items": items}),
+                false,
+            ),
+        ] {
+            assert_eq!(
+                currentness_missing(&answer(200, body.clone())),
+                missing,
+                "{body}"
+            );
+        }
+        let unanswered = Exchange {
+            label: "lookup",
+            answer: Err("connect failed".to_owned()),
+        };
+        assert!(!currentness_missing(&unanswered));
+    }
+
+    #[test]
+    fn warnings_are_counted_only_when_there_are_some() {
+        let mut report = Conformance {
+            url: "http://127.0.0.1:9/".to_owned(),
+            contract: CONTRACT,
+            rules: Vec::new(),
+        };
+        report.push("https", Verdict::Pass, "");
+        assert_eq!(
+            report.summary(),
+            "provider-check: 1 passed, 0 failed, 0 skipped"
+        );
+        report.push("lookup", Verdict::Warn, "");
+        assert!(report.passed());
+        assert_eq!(
+            report.summary(),
+            "provider-check: 1 passed, 1 warned, 0 failed, 0 skipped"
+        );
+        assert_eq!(report.json()["counts"]["warned"], 1);
+        assert!(report.human().contains("WARN lookup: "));
     }
 
     #[test]

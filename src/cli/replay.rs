@@ -36,6 +36,8 @@ pub(crate) struct ReplayArgs {
     /// Replay only a turn of this tenant
     #[arg(long)]
     pub(crate) tenant: Option<String>,
+    /// `human`: what was reproduced, provider by provider; `json`: the replay result as
+    /// the replay API answers it
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub(crate) format: Format,
 }
@@ -47,12 +49,12 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     let env = EnvVars::from_process();
     let (store, key) = locate(args, &env)?;
     let reader = TraceReader::open(&store, Some(&key))
-        .with_context(|| format!("cannot open the trace store {}", store.display()))?;
+        .with_context(|| format!("cannot open the trace store {}", super::shown_path(&store)))?;
     // Replay errors name the turn, the input key or the provider themselves.
     let result = replay_from_store(&reader, args.tenant.as_deref(), &args.turn, &inputs, &key)?;
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&result)?),
-        Format::Human => print!("{}", human(&result)),
+        Format::Json => super::print_json(&result)?,
+        Format::Human => super::print(&human(&result))?,
     }
     Ok(if result.reproduced() {
         ExitCode::SUCCESS
@@ -82,7 +84,10 @@ fn locate(args: &ReplayArgs, env: &EnvVars) -> anyhow::Result<(PathBuf, DigestKe
         }
     };
     if !store.is_file() {
-        bail!("the trace store {} does not exist", store.display());
+        bail!(
+            "the trace store {} does not exist",
+            super::shown_path(&store)
+        );
     }
     let key = digest_key(&key_source, env)?;
     Ok((store, key))
@@ -97,7 +102,7 @@ pub(super) fn digest_key(source: &DigestKeySource, env: &EnvVars) -> anyhow::Res
         bail!(
             "no digest key: {} is not set and there is no generated key at {}; the store's key is needed",
             source.env_name,
-            key_file.display()
+            super::shown_path(&key_file)
         );
     }
     Ok(source.resolve(env)?)

@@ -6,9 +6,9 @@
 use crate::actors::{Mode, Topology};
 use crate::api::{self, ApiState, Drained};
 use crate::config::{EnvVars, ServerConfig};
+use crate::telemetry::LogFormat;
 use anyhow::{Context, anyhow};
 use clap::Args;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,6 +18,8 @@ const METRICS_UPKEEP: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
+    /// The server config: listen address, trace store, tenants with their Projects and
+    /// Bindings
     #[arg(long, default_value = "config/ctxd.toml")]
     pub(crate) config: PathBuf,
     /// Listen address; overrides `[server] listen` (use 127.0.0.1:0 for any free port)
@@ -30,10 +32,14 @@ pub(crate) struct ServeArgs {
     /// HTTP worker threads (default: one per CPU)
     #[arg(long)]
     pub(crate) workers: Option<usize>,
+    /// Log lines on standard error: `text` for people (coloured only on a terminal,
+    /// never with NO_COLOR set), `json` for one JSON object per line
+    #[arg(long, value_enum, env = "CTXD_LOG_FORMAT", ignore_case = true, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
 }
 
 pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
-    crate::telemetry::init_logging();
+    crate::telemetry::init_logging(args.log_format);
     let env = EnvVars::from_process();
     let config = ServerConfig::load(&args.config).map_err(|e| anyhow!("{e}"))?;
     let listen = args.listen.unwrap_or(config.server.listen);
@@ -80,8 +86,8 @@ pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         let serving = actix_rt::spawn(server);
         tracing::info!(%address, mode = ?mode, workers, "ctxd serving");
         // The line tests and scripts wait for.
-        println!("ctxd listening on http://{address}");
-        std::io::stdout().flush()?;
+        // Its own statement: the stdout lock must not be held while serving.
+        super::print(&format!("ctxd listening on http://{address}\n"))?;
 
         wait_for_signal().await;
         tracing::info!("shutting down: draining, new requests get 503");

@@ -13,6 +13,8 @@ use std::process::ExitCode;
 pub(crate) struct TestArgs {
     /// The Project or Build whose tests to run
     pub(crate) project: PathBuf,
+    /// `human`: one line per test and a summary; `json`: the full report; `junit`:
+    /// JUnit XML for CI
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub(crate) format: Format,
     /// Treat UNKNOWN tests (a provider without a fixture) as failures
@@ -31,12 +33,9 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
     let project = super::load_project(&args.project)?;
     let report = run_tests(&project);
     match args.format {
-        Format::Human => print!(
-            "{}",
-            render_human(&report, &args.project.display().to_string())
-        ),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Format::Junit => print!("{}", render_junit(&report)),
+        Format::Human => super::print(&render_human(&report, &args.project.display().to_string()))?,
+        Format::Json => super::print_json(&report)?,
+        Format::Junit => super::print(&render_junit(&report))?,
     }
     let failed = !report.all_passed() || (args.strict && report.unknown > 0);
     Ok(if failed {

@@ -89,6 +89,8 @@ pub(crate) struct SearchArgs {
     /// (it needs the digest key, as for `replay`)
     #[arg(long)]
     pub(crate) cursor: Option<String>,
+    /// `table`: one line per turn; `json`: the page of traces with `nextCursor`, as
+    /// `GET /v1/traces` answers it
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub(crate) format: Format,
 }
@@ -102,6 +104,7 @@ pub(crate) struct ShowArgs {
     /// Show the turn only if it belongs to this tenant
     #[arg(long)]
     pub(crate) tenant: Option<String>,
+    /// `table`: the turn's layers, providers and selections; `json`: the stored trace
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub(crate) format: Format,
 }
@@ -113,11 +116,7 @@ pub(crate) enum Format {
 }
 
 pub(crate) fn run(args: &TracesArgs) -> anyhow::Result<ExitCode> {
-    run_with(
-        args,
-        &EnvVars::from_process(),
-        &mut std::io::stdout().lock(),
-    )
+    run_with(args, &EnvVars::from_process(), &mut super::stdout())
 }
 
 /// Runs the subcommand in the environment `env`, writing its output to `out`.
@@ -189,12 +188,12 @@ fn run_show(args: &ShowArgs, env: &EnvVars, out: &mut impl Write) -> anyhow::Res
             Some(tenant) => bail!(
                 "turn {:?} of tenant {tenant:?} is not in the trace store {}",
                 args.turn,
-                reader.path().display()
+                super::shown_path(reader.path())
             ),
             None => bail!(
                 "turn {:?} is not in the trace store {}",
                 args.turn,
-                reader.path().display()
+                super::shown_path(reader.path())
             ),
         }
     };
@@ -245,7 +244,7 @@ fn open(
         };
         bail!(
             "the trace store {} ({source}) does not exist",
-            path.display()
+            super::shown_path(&path)
         );
     }
     let key = match env.map(|env| super::replay::digest_key(&key_source, env)) {

@@ -67,7 +67,7 @@ fn count(n: usize, noun: &str) -> String {
 
 pub(crate) fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     let report = check(&args.config, &EnvVars::from_process());
-    let mut out = std::io::stdout().lock();
+    let mut out = super::stdout();
     for line in &report.checked {
         writeln!(out, "checked {line}")?;
     }
@@ -111,8 +111,8 @@ pub(crate) fn check(config: &Path, env: &EnvVars) -> Report {
                     "tenant {:?}: project {:?} ({}) with binding {} (revision {:?}, {})",
                     tenant.id,
                     resolved.project.id(),
-                    resolved.path.display(),
-                    binding.path.display(),
+                    super::shown_path(&resolved.path),
+                    super::shown_path(&binding.path),
                     binding.binding.revision,
                     binding.binding.digest
                 ));

@@ -166,10 +166,12 @@ pub struct TurnResult {
     pub blocking_layers: Vec<String>,
     pub layers: Vec<LayerReport>,
     pub providers: Vec<ProviderReport>,
-    /// `None` when the turn is blocked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `None` when the turn is blocked. Sent as `null` rather than left out, so a client
+    /// sees one shape whatever the turn's outcome (replay answers do the same).
+    #[serde(default)]
     pub rendered: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `null` exactly when `rendered` is.
+    #[serde(default)]
     pub rendered_digest: Option<String>,
     pub selections: Vec<SelectionReport>,
     pub cuts: Vec<CutReport>,
@@ -310,4 +312,34 @@ pub struct ErrorDetail {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blocked_result_sends_rendered_as_null() {
+        let blocked = TurnResult {
+            blocked: true,
+            blocking_layers: vec!["customer-profile".to_owned()],
+            layers: Vec::new(),
+            providers: Vec::new(),
+            rendered: None,
+            rendered_digest: None,
+            selections: Vec::new(),
+            cuts: Vec::new(),
+            budget: BudgetReport {
+                max_bytes: 12000,
+                used_bytes: 0,
+            },
+            nonce: String::new(),
+        };
+        let value = serde_json::to_value(&blocked).unwrap();
+        let object = value.as_object().unwrap();
+        assert_eq!(object.get("rendered"), Some(&serde_json::Value::Null));
+        assert_eq!(object.get("renderedDigest"), Some(&serde_json::Value::Null));
+        let back: TurnResult = serde_json::from_value(value).unwrap();
+        assert_eq!(back.rendered, None);
+    }
 }

@@ -4,21 +4,69 @@
 
 pub(crate) mod metrics;
 
+use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;
 
-/// Installs the global subscriber: human-readable lines on standard error, or JSON when
-/// `CTXD_LOG_FORMAT=json`; the level from `CTXD_LOG` (default `info`). Safe to call
-/// more than once (later calls do nothing).
-pub(crate) fn init_logging() {
+/// How log lines are written to standard error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// One line per event for people: time, level, message, `key=value` fields.
+    #[default]
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+/// Installs the global subscriber: `format` lines on standard error, the level from
+/// `CTXD_LOG` (default `info`). Text is coloured only when standard error is a terminal
+/// and `NO_COLOR` is unset or empty, so files and pipes never receive escape codes. Safe
+/// to call more than once (later calls do nothing).
+pub(crate) fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_env("CTXD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let json = std::env::var("CTXD_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false);
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
+    let _ = match format {
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+        LogFormat::Text => {
+            let no_color = std::env::var_os("NO_COLOR");
+            let ansi = colour_wanted(
+                std::io::stderr().is_terminal(),
+                no_color.as_ref().map(|v| !v.is_empty()),
+            );
+            builder.with_ansi(ansi).try_init()
+        }
     };
+}
+
+/// Whether text logs get ANSI colour: only on a terminal, and never when `NO_COLOR` is
+/// set to a non-empty value (<https://no-color.org>). `no_color` is `None` when the
+/// variable is unset, else whether its value is non-empty.
+fn colour_wanted(stderr_is_terminal: bool, no_color: Option<bool>) -> bool {
+    stderr_is_terminal && no_color != Some(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        let cases = [
+            (true, None, true),
+            (true, Some(false), true),
+            (true, Some(true), false),
+            (false, None, false),
+            (false, Some(false), false),
+            (false, Some(true), false),
+        ];
+        for (terminal, no_color, expected) in cases {
+            assert_eq!(
+                colour_wanted(terminal, no_color),
+                expected,
+                "terminal {terminal}, NO_COLOR {no_color:?}"
+            );
+        }
+    }
 }

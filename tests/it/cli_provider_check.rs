@@ -164,7 +164,7 @@ async fn json_output_lists_every_rule() {
     assert_eq!(reflection["verdict"], "SKIP");
     assert_eq!(
         report["counts"],
-        json!({"passed": 7, "failed": 0, "skipped": 1})
+        json!({"passed": 7, "warned": 0, "failed": 0, "skipped": 1})
     );
 }
 

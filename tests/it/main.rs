@@ -3,6 +3,7 @@
 mod api_limits;
 mod cli_build;
 mod cli_doctor;
+mod cli_output;
 mod cli_preview;
 mod cli_provider_check;
 mod cli_test;
@@ -12,7 +13,9 @@ mod http_provider;
 mod metrics;
 mod provenance;
 mod provider_server;
+mod readme_demo;
 mod serve;
 mod server;
 mod sqlite_provider;
 mod support;
+mod writing_a_provider;
