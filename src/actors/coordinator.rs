@@ -223,6 +223,17 @@ async fn run_turn(
         if record_build {
             runtime.build_recorded.store(false, Ordering::Release);
         }
+        // The turn is not answered: the handles it registered would only take room in
+        // the tenant's share until they expire.
+        let now = std::time::Instant::now();
+        for handle in answered
+            .result
+            .selections
+            .iter()
+            .filter_map(|s| s.handle.as_ref())
+        {
+            let _ = registry.handles.delete(&tenant.id, &handle.id, now);
+        }
         tracing::error!(tenant = %tenant.id, project = %project.id(), "trace queue full: turn refused");
         metrics::trace_backpressure();
         return Err(TurnError::TraceBackpressure);

@@ -29,6 +29,16 @@ pub(crate) enum Mode {
     Fixtures,
 }
 
+impl Mode {
+    /// `live` or `fixtures`, as logs spell it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Mode::Live => "live",
+            Mode::Fixtures => "fixtures",
+        }
+    }
+}
+
 /// Everything a turn needs to find, shared by every worker.
 pub(crate) struct Registry {
     pub(crate) tenants: Vec<Arc<TenantRuntime>>,

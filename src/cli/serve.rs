@@ -84,12 +84,15 @@ pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         let server = api::server(listener, state.clone(), workers, &config.server)?;
         let handle = server.handle();
         let serving = actix_rt::spawn(server);
-        tracing::info!(%address, mode = ?mode, workers, "ctxd serving");
+        // Before the address is announced: a signal sent as soon as a supervisor sees it
+        // must start the ordered shutdown, not end the process.
+        let signal = ShutdownSignal::install();
+        tracing::info!(%address, mode = mode.as_str(), workers, "ctxd serving");
         // The line tests and scripts wait for.
         // Its own statement: the stdout lock must not be held while serving.
         super::print(&format!("ctxd listening on http://{address}\n"))?;
 
-        wait_for_signal().await;
+        signal.received().await;
         tracing::info!("shutting down: draining, new requests get 503");
         match api::drain(&state, config.server.drain_quiet, grace).await {
             Drained::Quiet => tracing::info!("drained: no request in flight"),
@@ -109,19 +112,38 @@ pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn wait_for_signal() {
+/// SIGTERM and SIGINT, listened for from [`ShutdownSignal::install`] on.
+struct ShutdownSignal {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
-        let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignal {
+    fn install() -> ShutdownSignal {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            ShutdownSignal {
+                terminate: signal(SignalKind::terminate()).expect("SIGTERM handler installs"),
+                interrupt: signal(SignalKind::interrupt()).expect("SIGINT handler installs"),
+            }
         }
+        #[cfg(not(unix))]
+        ShutdownSignal {}
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    async fn received(mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = &mut self;
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

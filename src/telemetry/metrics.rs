@@ -93,6 +93,7 @@ fn zero_at_start(tenant_label: bool) {
         for outcome in TURN_OUTCOMES_AT_START {
             metrics::counter!(TURNS, "outcome" => *outcome).increment(0);
         }
+        metrics::counter!(REPLAYS_RATE_LIMITED).increment(0);
     }
     for counter in [TRACE_BATCHES, TRACE_RECORDS, TRACE_BACKPRESSURE] {
         metrics::counter!(counter).increment(0);
@@ -449,6 +450,7 @@ mod tests {
             "ctxd_trace_backpressure_total 0\n",
             "ctxd_trace_batches_total 0\n",
             "ctxd_trace_queue_depth 0\n",
+            "ctxd_replays_rate_limited_total 0\n",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }

@@ -711,6 +711,25 @@ async fn the_demo_deployment_serves_live_from_sqlite_and_from_fixtures() {
     assert_eq!(layer_status(&body, "open-tickets"), "INCLUDED");
 }
 
+#[test]
+fn a_signal_as_soon_as_the_address_is_announced_shuts_down_in_order() {
+    // The signal handlers are in place before the address line: a supervisor that
+    // stops ctxd the moment it sees it gets the ordered shutdown, never a killed process.
+    for _ in 0..3 {
+        let deployment = Deployment::new(&[TenantSpec::new(
+            "acme",
+            KEY,
+            project(&["crm"], false),
+            binding(&[("crm", "http://127.0.0.1:9/context".to_owned(), "")]),
+        )]);
+        let mut ctxd = Ctxd::start(&deployment.config, &[], &[("CRM_TOKEN", SECRET)]);
+        ctxd.terminate();
+        let status = ctxd.wait(Duration::from_secs(15));
+        assert!(status.success(), "clean exit: {status:?}\n{}", ctxd.logs());
+        assert!(ctxd.logs().contains("shut down"), "{}", ctxd.logs());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_answers_every_accepted_turn() {
     let server = ProviderServer::new()
