@@ -25,7 +25,7 @@
 //! that interrupts SQLite once the deadline passes; removed after the statement, so a
 //! pooled connection never keeps an old deadline).
 //!
-//! Outcomes: rows → `OK` (zero rows → `OK` with no items), source `LIVE`, currentness
+//! Outcomes: rows → `OK`, zero rows → `NOT_FOUND` (no record), source `LIVE`, currentness
 //! `CURRENT` (the database is the system of record); the budget running out → `TIMEOUT`
 //! (`DEADLINE` inside SQLite, [`POOL_EXHAUSTED`] while waiting for a connection); a
 //! closed pool → `UNAVAILABLE` [`POOL_CLOSED`]; any other database failure (busy, file
@@ -260,7 +260,7 @@ impl SqliteProvider {
         if let Err(violation) = bounds::check_items(&items, call.limit) {
             return failed(violation.failure());
         }
-        Outcome::items(items, Currentness::Current, Source::Live)
+        Outcome::answered(items, Currentness::Current, Source::Live)
     }
 
     /// Readiness: the file is still there, a connection can be had and the query still
@@ -980,10 +980,11 @@ mod tests {
         assert_eq!(ids(&outcome), ["1", "2", "3"]);
         assert_eq!(lookup(&provider, "ten", 10).await.items_found().len(), 10);
         assert_eq!(lookup(&provider, "ten", 50).await.items_found().len(), 10);
+        // A limit of 0 (never asked by a Project: maxItems is at least 1) reads no row.
         let none = lookup(&provider, "ten", 0).await;
         assert_eq!(
             (none.status(), none.items_found().len()),
-            (ProviderStatus::Ok, 0)
+            (ProviderStatus::NotFound, 0)
         );
         // Never more than MAX_ITEMS, whatever was requested.
         let all = lookup(&provider, "all", u32::MAX).await;
@@ -992,15 +993,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn zero_rows_are_ok_with_no_items() {
+    async fn zero_rows_are_not_found() {
         let dir = tempfile::tempdir().unwrap();
         let path = database(dir.path(), "CREATE TABLE t (id TEXT, k TEXT);");
         let provider = open(&path, "SELECT id FROM t WHERE k = ?1").await;
         let outcome = lookup(&provider, "nobody", 5).await;
-        assert_eq!(outcome.status(), ProviderStatus::Ok);
+        assert_eq!(outcome.status(), ProviderStatus::NotFound);
         assert_eq!(outcome.detail(), None);
         assert!(outcome.items_found().is_empty());
-        assert_eq!(outcome.currentness(), Some(Currentness::Current));
+        assert_eq!(outcome.source, Source::Live);
         assert!(!outcome.found_anything());
     }
 
@@ -1465,7 +1466,10 @@ mod tests {
     #[tokio::test]
     async fn a_closed_provider_answers_unavailable() {
         let dir = tempfile::tempdir().unwrap();
-        let path = database(dir.path(), "CREATE TABLE t (id TEXT, k TEXT);");
+        let path = database(
+            dir.path(),
+            "CREATE TABLE t (id TEXT, k TEXT); INSERT INTO t VALUES ('R-1', 'a');",
+        );
         let provider = open(&path, "SELECT id FROM t WHERE k = ?1").await;
         let clone = provider.clone();
         assert_eq!(lookup(&provider, "a", 1).await.status(), ProviderStatus::Ok);
@@ -1485,7 +1489,10 @@ mod tests {
     #[test]
     fn closing_or_dropping_outside_a_runtime_does_not_panic() {
         let dir = tempfile::tempdir().unwrap();
-        let path = database(dir.path(), "CREATE TABLE t (id TEXT, k TEXT);");
+        let path = database(
+            dir.path(),
+            "CREATE TABLE t (id TEXT, k TEXT); INSERT INTO t VALUES ('R-1', 'a');",
+        );
         let query = "SELECT id FROM t WHERE k = ?1";
         let runtime = || {
             tokio::runtime::Builder::new_current_thread()
