@@ -13,5 +13,6 @@ mod provenance;
 mod provider_server;
 mod serve;
 mod server;
+mod sqlite_bounds;
 mod sqlite_provider;
 mod support;
