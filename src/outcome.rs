@@ -475,7 +475,7 @@ mod tests {
             let some = Outcome::answered(vec![item.clone()], Currentness::Stale, source);
             assert_eq!(some.status(), ProviderStatus::Ok);
             assert_eq!(some.currentness(), Some(Currentness::Stale));
-            assert_eq!(some.items_found(), [item.clone()]);
+            assert_eq!(some.items_found(), std::slice::from_ref(&item));
         }
         // A record is rebuilt as it was stated.
         let recorded = Outcome::items(Vec::new(), Currentness::Current, Source::Live);

@@ -30,7 +30,7 @@ pub(crate) use server::{
 pub(crate) use trace_store::DigestKeySource;
 
 use crate::providers::secrets;
-use crate::validation::{Problem, Problems};
+use crate::validation::{Notation, Problem, Problems, in_words};
 use regex::Regex;
 use std::fmt;
 use std::ops::RangeInclusive;
@@ -198,7 +198,10 @@ impl Problems {
                 serde_path_to_error::Segment::Unknown => path,
             };
         }
-        self.add(&path, error.into_inner().message().to_owned());
+        self.add(
+            &path,
+            in_words(error.into_inner().message(), Notation::Toml),
+        );
     }
 }
 
