@@ -222,6 +222,19 @@ pub(crate) fn read_config_file(path: &Path) -> Result<(String, &Path, String), C
     Ok((text, base_dir, file))
 }
 
+/// What a TOML value is, in words: `a string`, `a whole number`, `a table`…
+pub(crate) fn kind_in_words(value: &toml::Value) -> &'static str {
+    match value {
+        toml::Value::String(_) => "a string",
+        toml::Value::Integer(_) => "a whole number",
+        toml::Value::Float(_) => "a number with a fraction",
+        toml::Value::Boolean(_) => "true or false",
+        toml::Value::Datetime(_) => "a date",
+        toml::Value::Array(_) => "a list",
+        toml::Value::Table(_) => "a table",
+    }
+}
+
 /// `parent.key`, with the key quoted when it is not a bare TOML key.
 pub(crate) fn key_path(parent: &str, key: &str) -> String {
     let key = if BARE_KEY.is_match(key) {

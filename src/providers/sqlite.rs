@@ -104,6 +104,47 @@ pub enum SqliteSetupError {
     Pool { path: PathBuf, reason: String },
 }
 
+impl SqliteSetupError {
+    /// The binding key the problem is about: `database` or `query`.
+    pub fn key(&self) -> &'static str {
+        match self {
+            SqliteSetupError::Missing { .. }
+            | SqliteSetupError::Unreadable { .. }
+            | SqliteSetupError::NotADatabase { .. }
+            | SqliteSetupError::Pool { .. } => "database",
+            SqliteSetupError::Query { .. }
+            | SqliteSetupError::Parameters { .. }
+            | SqliteSetupError::Columns { .. } => "query",
+        }
+    }
+
+    /// The message without the `database …:` or `query:` that [`SqliteSetupError::key`]
+    /// says: `/srv/orders.db: the file does not exist`.
+    pub fn reason(&self) -> String {
+        match self {
+            SqliteSetupError::Missing { path } => {
+                format!("{}: the file does not exist", path.display())
+            }
+            SqliteSetupError::Unreadable { path, reason } => {
+                format!("{}: cannot open it: {reason}", path.display())
+            }
+            SqliteSetupError::NotADatabase { path, reason } => {
+                format!("{}: not a SQLite database ({reason})", path.display())
+            }
+            SqliteSetupError::Pool { path, reason } => {
+                format!("{}: connection pool: {reason}", path.display())
+            }
+            SqliteSetupError::Query { reason } => {
+                format!("does not prepare as a read-only SELECT: {reason}")
+            }
+            SqliteSetupError::Parameters { found } => {
+                format!("must use ?1 as its only parameter ({found})")
+            }
+            SqliteSetupError::Columns { problem } => problem.clone(),
+        }
+    }
+}
+
 impl SqliteProvider {
     /// Opens a pool on an existing database file, read-only, and checks up front that
     /// the file opens and the query prepares with exactly one parameter (`?1`), is a
