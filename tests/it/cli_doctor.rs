@@ -193,6 +193,26 @@ async fn a_missing_database_file_fails_naming_tenant_and_provider() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_store_as_a_provider_database_fails() {
+    let binding = "revision = \"r1\"\n[providers.orders]\ntype = \"sqlite\"\ndatabase = \"data/traces.db\"\nquery = \"SELECT id FROM turns WHERE ?1\"\nversion = \"v1\"\n";
+    let deployment = Deployment::new(&[TenantSpec::new(
+        "acme",
+        "acme-doctor-key",
+        project(&["orders"]),
+        binding.to_owned(),
+    )]);
+    let output = doctor(&deployment.config, None).await;
+    assert_fails_with(
+        &output,
+        &[
+            "tenant acme, provider orders (sqlite)",
+            "providers.orders.database: ",
+            "traces.db is the trace store of",
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_answering_another_contract_fails() {
     let server = ProviderServer::new()
         .behaviour(Behaviour::WrongContract)
