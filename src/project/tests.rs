@@ -29,6 +29,22 @@ fn errors_of(document: &Value) -> Vec<(String, String)> {
     }
 }
 
+/// The JSON path (`$.providers[0].id`) of a JSON pointer (`/providers/0/id`).
+fn json_path_of(pointer: &str) -> String {
+    let parts: String = pointer
+        .split('/')
+        .skip(1)
+        .map(|part| {
+            if part.chars().all(|c| c.is_ascii_digit()) {
+                format!("[{part}]")
+            } else {
+                format!(".{part}")
+            }
+        })
+        .collect();
+    format!("${parts}")
+}
+
 /// Sets (or adds) the value at a JSON pointer.
 fn with(mut document: Value, pointer: &str, value: Value) -> Value {
     let (parent, key) = pointer.rsplit_once('/').expect("a pointer");
@@ -412,18 +428,7 @@ fn the_shapes_agree_with_the_model() {
             Value::String(_) => json!(7),
             _ => json!("text"),
         };
-        let path = format!(
-            "${}",
-            pointer
-                .split('/')
-                .skip(1)
-                .map(|part| if part.chars().all(|c| c.is_ascii_digit()) {
-                    format!("[{part}]")
-                } else {
-                    format!(".{part}")
-                })
-                .collect::<String>()
-        );
+        let path = json_path_of(&pointer);
         let errors = errors_of(&with(complete(), &pointer, other));
         assert!(
             errors
@@ -482,20 +487,7 @@ fn deployment_details_are_refused() {
         document.pointer_mut(parent).unwrap()[key] = value.clone();
         let errors = errors_of(&document);
         assert_eq!(errors.len(), 1, "{pointer}: {errors:?}");
-        let expected_path = format!(
-            "${}",
-            parent
-                .split('/')
-                .skip(1)
-                .map(|part| if part.chars().all(|c| c.is_ascii_digit()) {
-                    format!("[{part}]")
-                } else {
-                    format!(".{part}")
-                })
-                .collect::<String>()
-                + "."
-                + key
-        );
+        let expected_path = json_path_of(pointer);
         assert_eq!(errors[0].0, expected_path, "{pointer}");
         assert!(
             errors[0].1.contains(refusal::BELONGS_IN_BINDING),

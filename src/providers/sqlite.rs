@@ -1148,14 +1148,7 @@ mod tests {
     #[tokio::test]
     async fn an_abandoned_lookup_stops_inside_sqlite_and_frees_its_connection() {
         let dir = tempfile::tempdir().unwrap();
-        let path = database(dir.path(), "CREATE TABLE unused (id TEXT);");
-        let settings = PoolSettings {
-            max_size: 1,
-            ..PoolSettings::default()
-        };
-        let provider = SqliteProvider::open(&path, COUNTING, &settings)
-            .await
-            .unwrap();
+        let provider = counting_on_one_connection(dir.path()).await;
         // A long statement with a distant deadline, on the only connection...
         let busy = provider.clone();
         let slow = tokio::spawn(async move {
@@ -1460,17 +1453,23 @@ mod tests {
     const COUNTING: &str = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < CAST(?1 AS INTEGER))
          SELECT 'n' || max(x) AS id FROM c";
 
-    #[tokio::test]
-    async fn the_time_budget_is_enforced_inside_sqlite() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = database(dir.path(), "CREATE TABLE unused (id TEXT);");
+    /// A provider running [`COUNTING`] on a pool of one connection, over a database in
+    /// `dir`.
+    async fn counting_on_one_connection(dir: &Path) -> SqliteProvider {
+        let path = database(dir, "CREATE TABLE unused (id TEXT);");
         let settings = PoolSettings {
             max_size: 1,
             ..PoolSettings::default()
         };
-        let provider = SqliteProvider::open(&path, COUNTING, &settings)
+        SqliteProvider::open(&path, COUNTING, &settings)
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_time_budget_is_enforced_inside_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let provider = counting_on_one_connection(dir.path()).await;
         let budget = Duration::from_millis(200);
         let started = std::time::Instant::now();
         let outcome = provider.lookup(&call("1000000000", 5, budget)).await;
@@ -1518,14 +1517,7 @@ mod tests {
     #[tokio::test]
     async fn waiting_for_a_connection_is_bounded_by_the_budget() {
         let dir = tempfile::tempdir().unwrap();
-        let path = database(dir.path(), "CREATE TABLE unused (id TEXT);");
-        let settings = PoolSettings {
-            max_size: 1,
-            ..PoolSettings::default()
-        };
-        let provider = SqliteProvider::open(&path, COUNTING, &settings)
-            .await
-            .unwrap();
+        let provider = counting_on_one_connection(dir.path()).await;
         let busy = provider.clone();
         let slow = tokio::spawn(async move {
             busy.lookup(&call("1000000000", 1, Duration::from_millis(600)))
