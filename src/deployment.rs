@@ -14,7 +14,7 @@
 
 use crate::config::{
     Binding, EnvVars, EnvironmentNeed, ProviderBinding, ProviderKind, ServerConfig, TenantConfig,
-    key_path,
+    index_path, key_path,
 };
 use crate::project::{LoadError, Project};
 use crate::providers::http::{HttpProvider, HttpSetupError};
@@ -25,6 +25,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+mod databases;
+
+use databases::OwnFiles;
 
 /// What a problem means for serving.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +70,14 @@ pub(crate) enum ProblemKind {
         provider: String,
         served: bool,
     },
+    /// The SQLite `database` of the binding's entry for `provider` may not be served (one
+    /// of ctxd's own files, or outside `allowed_roots`), or — found by `validate` — does
+    /// not open or its query does not prepare; `served` as for [`ProblemKind::Secret`].
+    Database {
+        binding: PathBuf,
+        provider: String,
+        served: bool,
+    },
 }
 
 impl ProblemKind {
@@ -77,11 +89,12 @@ impl ProblemKind {
             | ProblemKind::Project { .. }
             | ProblemKind::Binding { .. }
             | ProblemKind::ProjectServedTwice { .. }
-            | ProblemKind::Secret { served: true, .. } => Severity::Fatal,
+            | ProblemKind::Secret { served: true, .. }
+            | ProblemKind::Database { served: true, .. } => Severity::Fatal,
             ProblemKind::Unbound { .. } => Severity::Degraded,
-            ProblemKind::Undeclared { .. } | ProblemKind::Secret { served: false, .. } => {
-                Severity::Warning
-            }
+            ProblemKind::Undeclared { .. }
+            | ProblemKind::Secret { served: false, .. }
+            | ProblemKind::Database { served: false, .. } => Severity::Warning,
         }
     }
 
@@ -98,6 +111,7 @@ impl ProblemKind {
                 | ProblemKind::Unbound { .. }
                 | ProblemKind::Undeclared { .. }
                 | ProblemKind::Secret { .. }
+                | ProblemKind::Database { .. }
         )
     }
 }
@@ -150,6 +164,21 @@ pub(crate) struct TenantDeployment {
     pub(crate) bindings: Vec<Arc<ResolvedBinding>>,
 }
 
+impl TenantDeployment {
+    /// Whether a project of the tenant that uses the binding at `binding` declares
+    /// `provider`: `serve` builds that entry.
+    pub(crate) fn serves(&self, binding: &Path, provider: &str) -> bool {
+        serves(&self.projects, binding, provider)
+    }
+}
+
+fn serves(projects: &[ResolvedProject], binding: &Path, provider: &str) -> bool {
+    projects.iter().any(|project| {
+        project.binding.as_ref().is_some_and(|b| b.path == binding)
+            && project.providers.iter().any(|entry| entry.id == provider)
+    })
+}
+
 /// A binding file that loaded.
 #[derive(Debug)]
 pub(crate) struct ResolvedBinding {
@@ -184,11 +213,12 @@ impl Deployment {
             list: Vec::new(),
         };
         check_environment(config, env, &mut problems);
+        let own_files = OwnFiles::of(config);
         let tenants = config
             .tenants
             .iter()
             .enumerate()
-            .map(|(index, tenant)| resolve_tenant(index, tenant, env, &mut problems))
+            .map(|(index, tenant)| resolve_tenant(index, tenant, env, &own_files, &mut problems))
             .collect();
         Deployment {
             tenants,
@@ -242,6 +272,9 @@ fn check_environment(config: &ServerConfig, env: &EnvVars, problems: &mut Proble
         };
         problems.in_config(found.problem, tenant, kind);
     }
+    if let Some(problem) = config.trace.digest_key_source().refusal(env) {
+        problems.in_config(problem, None, ProblemKind::DigestKey);
+    }
 }
 
 /// One binding file as a tenant's projects use it.
@@ -258,6 +291,7 @@ fn resolve_tenant(
     index: usize,
     tenant: &TenantConfig,
     env: &EnvVars,
+    own_files: &OwnFiles,
     problems: &mut ProblemList<'_>,
 ) -> TenantDeployment {
     let mut uses: Vec<BindingUse> = Vec::new();
@@ -265,24 +299,34 @@ fn resolve_tenant(
     let mut first_of_id: HashMap<String, usize> = HashMap::new();
     for (project_index, reference) in tenant.projects.iter().enumerate() {
         let project_file = reference.path.display().to_string();
-        let project = Project::load(&reference.path)
-            .inspect_err(|error| {
-                for problem in project_problems(error) {
-                    problems.add(
-                        &project_file,
-                        problem,
-                        Some(index),
-                        ProblemKind::Project {
-                            project: project_index,
-                        },
-                    );
+        let at = key_path(&index_path("tenants", index), "projects");
+        let at = index_path(&at, project_index);
+        let kind = ProblemKind::Project {
+            project: project_index,
+        };
+        let project = match Project::load(&reference.path) {
+            Ok(project) => Some(project),
+            // A file that cannot be read is named with the config key that points to it.
+            Err(LoadError::Read { path, source }) => {
+                let problem = Problem::new(
+                    key_path(&at, "path"),
+                    format!("cannot read {path}: {source}"),
+                );
+                problems.in_config(problem, Some(index), kind);
+                None
+            }
+            Err(LoadError::Invalid { errors, .. }) => {
+                for problem in errors.0 {
+                    problems.add(&project_file, problem, Some(index), kind.clone());
                 }
-            })
-            .ok();
+                None
+            }
+        };
         let position = match uses.iter().position(|u| u.path == reference.binding) {
             Some(position) => position,
             None => {
-                uses.push(load_binding(index, &reference.binding, problems));
+                let key = key_path(&at, "binding");
+                uses.push(load_binding(index, &reference.binding, &key, problems));
                 uses.len() - 1
             }
         };
@@ -348,6 +392,7 @@ fn resolve_tenant(
     }
     for use_ in &uses {
         check_binding_use(index, tenant, use_, env, &projects, problems);
+        check_databases(index, use_, own_files, &projects, problems);
     }
     TenantDeployment {
         index,
@@ -357,34 +402,33 @@ fn resolve_tenant(
     }
 }
 
-/// Each problem of a Project file, at its JSON path (the whole file when unreadable).
-fn project_problems(error: &LoadError) -> Vec<Problem> {
-    match error {
-        LoadError::Read { source, .. } => {
-            vec![Problem::new("", format!("cannot read the file: {source}"))]
-        }
-        LoadError::Invalid { errors, .. } => errors.0.clone(),
-    }
-}
-
-fn load_binding(tenant: usize, path: &Path, problems: &mut ProblemList<'_>) -> BindingUse {
-    let binding = match Binding::load(path) {
-        Ok(binding) => Some(Arc::new(ResolvedBinding {
-            path: path.to_path_buf(),
-            binding,
-        })),
-        Err(errors) => {
-            for problem in errors.errors {
-                problems.add(
-                    &errors.file,
-                    problem,
-                    Some(tenant),
-                    ProblemKind::Binding {
-                        binding: path.to_path_buf(),
-                    },
-                );
+/// Loads the binding file at `path`, which the config names at `key`: a file that cannot
+/// be read is named with that key, every problem of one that can at its own path.
+fn load_binding(
+    tenant: usize,
+    path: &Path,
+    key: &str,
+    problems: &mut ProblemList<'_>,
+) -> BindingUse {
+    let kind = ProblemKind::Binding {
+        binding: path.to_path_buf(),
+    };
+    let binding = if let Err(error) = std::fs::metadata(path) {
+        let message = format!("cannot read {}: {error}", path.display());
+        problems.in_config(Problem::new(key, message), Some(tenant), kind);
+        None
+    } else {
+        match Binding::load(path) {
+            Ok(binding) => Some(Arc::new(ResolvedBinding {
+                path: path.to_path_buf(),
+                binding,
+            })),
+            Err(errors) => {
+                for problem in errors.errors {
+                    problems.add(&errors.file, problem, Some(tenant), kind.clone());
+                }
+                None
             }
-            None
         }
     };
     BindingUse {
@@ -436,26 +480,55 @@ fn check_binding_use(
             Some("") => "is empty",
             Some(_) => continue,
         };
-        let served = projects.iter().any(|project| {
-            project
-                .binding
-                .as_ref()
-                .is_some_and(|b| Arc::ptr_eq(b, binding))
-                && project.providers.iter().any(|entry| entry.id == id)
-        });
         problems.add(
             &binding_file,
-            Problem::new(
-                key_path(&key_path("providers", id), "secret_env"),
-                format!(
-                    "environment variable {name:?} {state}: provider {id:?} cannot authenticate"
-                ),
-            ),
+            secret_problem(id, name, state),
             Some(tenant_index),
             ProblemKind::Secret {
                 binding: binding.path.clone(),
                 provider: id.to_owned(),
-                served,
+                served: serves(projects, &binding.path, id),
+            },
+        );
+    }
+}
+
+/// The `secret_env` of `provider` lacks its value (`state`: `is not set`, `is empty`).
+fn secret_problem(provider: &str, name: &str, state: &str) -> Problem {
+    databases::at_key(
+        provider,
+        "secret_env",
+        format!("environment variable {name:?} {state}: provider {provider:?} cannot authenticate"),
+    )
+}
+
+/// SQLite entries whose database may not be served: one of ctxd's own files, or outside
+/// the binding's `allowed_roots`.
+fn check_databases(
+    tenant_index: usize,
+    use_: &BindingUse,
+    own_files: &OwnFiles,
+    projects: &[ResolvedProject],
+    problems: &mut ProblemList<'_>,
+) {
+    let Some(binding) = &use_.binding else {
+        return;
+    };
+    for entry in binding.binding.providers.values() {
+        let ProviderKind::Sqlite { database, .. } = &entry.kind else {
+            continue;
+        };
+        let Some(refusal) = own_files.refusal(database, &binding.binding.allowed_roots) else {
+            continue;
+        };
+        problems.add(
+            binding.path.display().to_string(),
+            databases::at_key(&entry.id, "database", refusal),
+            Some(tenant_index),
+            ProblemKind::Database {
+                binding: binding.path.clone(),
+                provider: entry.id.clone(),
+                served: serves(projects, &binding.path, &entry.id),
             },
         );
     }
@@ -473,6 +546,30 @@ pub(crate) enum SetupError {
     Http(#[from] HttpSetupError),
     #[error(transparent)]
     Sqlite(#[from] SqliteSetupError),
+}
+
+impl SetupError {
+    /// The failure as a problem at the binding key it is about — `providers.<id>.database`,
+    /// `.query`, `.endpoint`, `.secret_env`, or the provider's table — in the words
+    /// `validate` uses, so `serve`, `validate` and `doctor` say it alike.
+    pub(crate) fn problem(&self, provider: &str) -> Problem {
+        match self {
+            SetupError::SecretNotSet(name) => secret_problem(provider, name, "is not set"),
+            SetupError::Http(error) => {
+                let key = match error {
+                    HttpSetupError::EmptySecret | HttpSetupError::SecretNotAHeaderValue => {
+                        "secret_env"
+                    }
+                    HttpSetupError::Client(_) => {
+                        return Problem::new(key_path("providers", provider), error.to_string());
+                    }
+                    _ => "endpoint",
+                };
+                databases::at_key(provider, key, error.to_string())
+            }
+            SetupError::Sqlite(error) => databases::at_key(provider, error.key(), error.reason()),
+        }
+    }
 }
 
 /// Builds the implementation a binding names, as `serve` does at start-up: the HTTP

@@ -1,5 +1,6 @@
 //! What one provider invocation produced, whatever the provider type or source: items,
-//! "no record", or a typed [`Failure`] — never items beside a failure. A [`Call`] carries
+//! "no record" (`NOT_FOUND`, one meaning for every provider type: [`Outcome::answered`]),
+//! or a typed [`Failure`] — never items beside a failure. A [`Call`] carries
 //! one invocation of a turn's plan with its outcome and the facts provenance needs.
 
 use crate::contract::{Currentness, Item, ProviderStatus, Source, VersionSource};
@@ -218,12 +219,14 @@ fn http_code_detail(code: u16) -> &'static str {
 /// The answer part of an outcome.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Answer {
-    /// `OK`: the items, none for "no record" where a provider type answers so.
+    /// `OK`: the items. Provider answers always hold at least one ([`Outcome::answered`]);
+    /// only a record from before that rule can state an `OK` without items.
     Items {
         items: Vec<Item>,
         currentness: Currentness,
     },
-    /// `NOT_FOUND`: the provider says there is no record (HTTP 404).
+    /// `NOT_FOUND`: the provider has no record for the value (HTTP 404, zero items,
+    /// zero rows, a fixture with `"items": []`).
     NotFound,
     Failed(Failure),
 }
@@ -240,12 +243,26 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// A successful answer; zero items means "no record".
+    /// What a provider answered with a list of items, whatever its type (HTTP, SQLite, a
+    /// Context Test fixture): `OK` with the items, or — for an empty list — `NOT_FOUND`.
+    /// The one place that says what "no record" is: the provider has no record for the
+    /// value, whether it answered 404, zero items or zero rows.
+    pub fn answered(items: Vec<Item>, currentness: Currentness, source: Source) -> Self {
+        if items.is_empty() {
+            Outcome::not_found(source)
+        } else {
+            Outcome::items(items, currentness, source)
+        }
+    }
+
+    /// `OK` with exactly these items, as a record states them: a replay rebuilds a
+    /// recorded `OK` (an empty one from before "no record" became `NOT_FOUND` included).
+    /// Provider answers go through [`Outcome::answered`].
     pub fn items(items: Vec<Item>, currentness: Currentness, source: Source) -> Self {
         Outcome::of(Answer::Items { items, currentness }, source)
     }
 
-    /// `NOT_FOUND`: the provider has no record.
+    /// `NOT_FOUND`: the provider has no record for the value.
     pub fn not_found(source: Source) -> Self {
         Outcome::of(Answer::NotFound, source)
     }
@@ -437,6 +454,32 @@ mod tests {
         assert_eq!(Failure::HttpStatus(42).detail(), Some(detail::MALFORMED));
         assert_eq!(Failure::RequestNotBuilt.detail(), None);
         assert_eq!(Failure::Deadline.to_string(), "TIMEOUT (DEADLINE)");
+    }
+
+    #[test]
+    fn an_answer_without_items_is_not_found() {
+        let item = Item {
+            id: "R-1".to_owned(),
+            title: None,
+            content: "x".to_owned(),
+            metadata: serde_json::Map::new(),
+            updated_at: None,
+        };
+        for source in [Source::Live, Source::TestFixture] {
+            let none = Outcome::answered(Vec::new(), Currentness::Current, source);
+            assert_eq!(none.status(), ProviderStatus::NotFound);
+            assert_eq!(none.source, source);
+            assert!(none.is_success());
+            assert!(!none.found_anything());
+            assert_eq!(none.currentness(), Some(Currentness::Unknown));
+            let some = Outcome::answered(vec![item.clone()], Currentness::Stale, source);
+            assert_eq!(some.status(), ProviderStatus::Ok);
+            assert_eq!(some.currentness(), Some(Currentness::Stale));
+            assert_eq!(some.items_found(), std::slice::from_ref(&item));
+        }
+        // A record is rebuilt as it was stated.
+        let recorded = Outcome::items(Vec::new(), Currentness::Current, Source::Live);
+        assert_eq!(recorded.status(), ProviderStatus::Ok);
     }
 
     #[test]

@@ -23,6 +23,94 @@ pub(crate) fn is_valid_id(id: &str) -> bool {
     ID.is_match(id)
 }
 
+/// How a document writes a map, for messages: a JSON object or a TOML table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Notation {
+    Json,
+    Toml,
+}
+
+impl Notation {
+    fn map_word(self) -> &'static str {
+        match self {
+            Notation::Json => "an object",
+            Notation::Toml => "a table",
+        }
+    }
+}
+
+/// A parser's message in the words of the documents it read: types as a person says
+/// them, never as Rust spells them (`invalid type: string "5", expected u32` becomes
+/// `must be a whole number (found a string)`), and without the value, which may be
+/// anything. Messages of another form pass through unchanged.
+pub(crate) fn in_words(message: &str, notation: Notation) -> String {
+    if let Some(rest) = message.strip_prefix("invalid type: ")
+        && let Some((found, expected)) = rest.split_once(", expected ")
+    {
+        return format!(
+            "must be {} (found {})",
+            expected_word(expected, notation),
+            found_word(found, notation)
+        );
+    }
+    if let Some(rest) = message.strip_prefix("invalid value: ")
+        && let Some((found, expected)) = rest.split_once(", expected ")
+    {
+        let expected = expected_word(expected, notation);
+        return if found.starts_with("integer `-") {
+            format!("must be {expected}, not negative")
+        } else if found.starts_with("integer") {
+            format!("must be {expected}, and this one is too large")
+        } else {
+            format!("must be {expected} (found {})", found_word(found, notation))
+        };
+    }
+    if let Some(rest) = message.strip_prefix("unknown variant ")
+        && let Some((found, expected)) = rest.split_once(", expected ")
+    {
+        let expected = expected.strip_prefix("one of ").unwrap_or(expected);
+        return format!("must be one of {expected} (found {found})");
+    }
+    if let Some(field) = message.strip_prefix("missing field ") {
+        return format!("{field} is required");
+    }
+    message.to_owned()
+}
+
+/// A deserializer's name for what it expected, in words.
+fn expected_word(expected: &str, notation: Notation) -> String {
+    let expected = expected.trim();
+    match expected {
+        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" | "i8" | "i16" | "i32" | "i64" | "i128"
+        | "isize" => "a whole number".to_owned(),
+        "f32" | "f64" => "a number".to_owned(),
+        "a string" | "a borrowed string" | "string" => "a string".to_owned(),
+        "a boolean" | "bool" => "true or false".to_owned(),
+        "a sequence" | "sequence" => "a list".to_owned(),
+        "a character" | "char" => "a single character".to_owned(),
+        "a map" | "map" => notation.map_word().to_owned(),
+        _ if expected.starts_with("struct ") => notation.map_word().to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+/// A deserializer's description of what it found (`integer `5``, `string "x"`), in
+/// words and without the value.
+fn found_word(found: &str, notation: Notation) -> &'static str {
+    let kind = found.split([' ', '`', '"']).next().unwrap_or(found);
+    match kind {
+        "integer" if found.starts_with("integer `-") => "a negative number",
+        "integer" => "a whole number",
+        "floating" => "a number with a fraction",
+        "string" | "char" => "a string",
+        "boolean" => "true or false",
+        "sequence" => "a list",
+        "map" => notation.map_word(),
+        "null" | "unit" => "nothing",
+        _ => "another kind of value",
+    }
+}
+
 /// One problem in a document, at a path; the path is empty for a problem with the whole
 /// document.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +147,10 @@ pub(crate) struct Problems {
     list: Vec<Problem>,
     /// Values flagged as secrets: redacted from every message by [`Problems::into_screened`].
     withheld: Vec<String>,
+    /// Whether a reference to an undeclared id is a problem; not when the declarations
+    /// themselves could not be read (a stand-in replaced them), as the reference may well
+    /// be right.
+    ignore_references: bool,
 }
 
 impl Problems {
@@ -78,6 +170,20 @@ impl Problems {
             (false, false) => format!("{}.{path}", self.root),
         };
         self.list.push(Problem::new(path, message));
+    }
+
+    /// A collector that drops [`Problems::reference`] problems.
+    pub(crate) fn ignoring_references(mut self) -> Problems {
+        self.ignore_references = true;
+        self
+    }
+
+    /// A problem with a reference to an id the document does not declare (a binding to an
+    /// undeclared provider, a profile naming an unknown layer…).
+    pub(crate) fn reference(&mut self, path: &str, message: impl Into<String>) {
+        if !self.ignore_references {
+            self.add(path, message);
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -152,6 +258,70 @@ fn redact(text: &str, withheld: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parser_messages_say_types_in_words_without_values() {
+        for (message, notation, words) in [
+            (
+                "invalid type: string \"two\", expected u32",
+                Notation::Json,
+                "must be a whole number (found a string)",
+            ),
+            (
+                "invalid type: integer `5`, expected a string",
+                Notation::Toml,
+                "must be a string (found a whole number)",
+            ),
+            (
+                "invalid type: floating point `1.5`, expected i64",
+                Notation::Toml,
+                "must be a whole number (found a number with a fraction)",
+            ),
+            (
+                "invalid type: string \"x\", expected f64",
+                Notation::Toml,
+                "must be a number (found a string)",
+            ),
+            (
+                "invalid type: sequence, expected a boolean",
+                Notation::Toml,
+                "must be true or false (found a list)",
+            ),
+            (
+                "invalid type: boolean `true`, expected struct Budget",
+                Notation::Json,
+                "must be an object (found true or false)",
+            ),
+            (
+                "invalid type: map, expected a sequence",
+                Notation::Toml,
+                "must be a list (found a table)",
+            ),
+            (
+                "invalid type: null, expected a string",
+                Notation::Json,
+                "must be a string (found nothing)",
+            ),
+            (
+                "invalid value: integer `-1`, expected u32",
+                Notation::Json,
+                "must be a whole number, not negative",
+            ),
+            (
+                "unknown variant `sometimes`, expected one of `required`, `preferred`",
+                Notation::Json,
+                "must be one of `required`, `preferred` (found `sometimes`)",
+            ),
+            ("missing field `name`", Notation::Json, "`name` is required"),
+            (
+                "unknown field `colour`, expected one of `id`, `name`",
+                Notation::Json,
+                "unknown field `colour`, expected one of `id`, `name`",
+            ),
+        ] {
+            assert_eq!(in_words(message, notation), words, "{message}");
+        }
+    }
 
     #[test]
     fn problems_display_with_their_path_unless_it_is_empty() {

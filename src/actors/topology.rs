@@ -13,12 +13,13 @@ use crate::trace::DigestKey;
 use crate::trace::store::{ReaderPool, ReaderPoolSettings};
 use crate::trace::writer::{self, TraceSender, TraceWriterHandle, WriterSettings};
 use actix::prelude::*;
-use anyhow::{Context as _, anyhow, bail};
+use anyhow::{anyhow, bail};
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
+use subtle::ConstantTimeEq;
 
 /// Where provider answers come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,7 +118,7 @@ impl Topology {
             .problems
             .iter()
             .filter(|p| p.kind.is_environment())
-            .map(|p| p.problem.to_string())
+            .map(ToString::to_string)
             .collect();
         if !environment.is_empty() {
             bail!(
@@ -176,6 +177,7 @@ impl Topology {
                             None => {
                                 let handle = start_provider(
                                     &tenant.id,
+                                    &binding.path,
                                     provider,
                                     env,
                                     &arbiters[started.len() % arbiters.len()],
@@ -308,16 +310,26 @@ fn refuse_or_warn(
     Ok(())
 }
 
-/// Builds a binding's implementation and starts its actor on `arbiter`.
+/// Builds a binding's implementation and starts its actor on `arbiter`. A failure names
+/// the tenant, the binding file and the key, as `ctxd validate` does:
+/// `tenant acme: bindings/acme.toml: providers.orders.database: /srv/orders.db: the file
+/// does not exist`.
 async fn start_provider(
     tenant: &str,
+    binding: &Path,
     provider: &ProviderBinding,
     env: &EnvVars,
     arbiter: &Arbiter,
 ) -> anyhow::Result<ProviderHandle> {
     let implementation = crate::deployment::build_implementation(provider, env)
         .await
-        .with_context(|| format!("tenant {tenant}: provider {}", provider.id))?;
+        .map_err(|error| {
+            anyhow!(
+                "tenant {tenant}: {}: {}",
+                binding.display(),
+                error.problem(&provider.id)
+            )
+        })?;
     let gate = Arc::new(ProviderGate::new(
         tenant,
         &provider.id,
@@ -354,9 +366,9 @@ impl Registry {
     }
 }
 
+/// Equality of two key hashes in time independent of where they differ (`subtle`).
 fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    let difference = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(difference) == 0
+    bool::from(a.ct_eq(b))
 }
 
 #[cfg(test)]

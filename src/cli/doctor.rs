@@ -11,7 +11,8 @@
 //!   (its env var, or `generate_digest_key` with a usable folder for the key file);
 //! - the trace store's folder accepts a new file (a temp file is created and removed; the
 //!   store itself is neither opened nor migrated);
-//! - each binding entry: SQLite files open read-only and their query prepares with `?1`
+//! - each binding entry: a SQLite file that may be served (not one of ctxd's own files, inside
+//!   the binding's `allowed_roots`) opens read-only and its query prepares with `?1`
 //!   as its only parameter; HTTP endpoints follow the TLS rule and answer a `describe`
 //!   probe within the binding's timeout with a compatible contract and `lookup`.
 //!
@@ -509,25 +510,42 @@ async fn check_tenant(
                 provider.id,
                 provider.kind.type_name()
             );
+            let mut refused = false;
             for problem in &problems {
-                if let ProblemKind::Undeclared {
-                    binding: path,
-                    provider: id,
-                } = &problem.kind
-                    && *path == binding.path
-                    && *id == provider.id
-                {
-                    report.problem(
-                        &subject,
-                        problem,
-                        format!(
-                            "no project of the tenant that uses {} declares it: serve never calls it (ctxd validate reports it)",
-                            super::shown_path(&binding.path)
-                        ),
-                    );
+                match &problem.kind {
+                    ProblemKind::Undeclared {
+                        binding: path,
+                        provider: id,
+                    } if *path == binding.path && *id == provider.id => {
+                        report.problem(
+                            &subject,
+                            problem,
+                            format!(
+                                "no project of the tenant that uses {} declares it: serve never calls it (ctxd validate reports it)",
+                                super::shown_path(&binding.path)
+                            ),
+                        );
+                    }
+                    // A database that may not be served is not opened either.
+                    ProblemKind::Database {
+                        binding: path,
+                        provider: id,
+                        ..
+                    } if *path == binding.path && *id == provider.id => {
+                        report.problem(&subject, problem, problem.to_string());
+                        refused = true;
+                    }
+                    _ => {}
                 }
             }
-            probes.push(Box::pin(check_provider(subject, provider, env)));
+            if !refused {
+                probes.push(Box::pin(check_provider(
+                    subject,
+                    &binding.path,
+                    provider,
+                    env,
+                )));
+            }
         }
     }
     for checks in join_all(probes).await {
@@ -566,7 +584,12 @@ fn binding_loads(
 /// The checks of one binding entry: what can be judged before building it (an HTTP
 /// provider's TLS rule and secret), the build `serve` does at start-up, then readiness
 /// by type. Pools are closed after.
-async fn check_provider(subject: String, provider: &ProviderBinding, env: &EnvVars) -> Vec<Check> {
+async fn check_provider(
+    subject: String,
+    binding: &Path,
+    provider: &ProviderBinding,
+    env: &EnvVars,
+) -> Vec<Check> {
     let mut report = Report::default();
     if let ProviderKind::Http {
         endpoint,
@@ -588,7 +611,11 @@ async fn check_provider(subject: String, provider: &ProviderBinding, env: &EnvVa
             return report.checks;
         }
         Ok(Err(error)) => {
-            report.fail(&subject, error.to_string());
+            // In the words and at the key `validate` and `serve` use.
+            report.fail(
+                &subject,
+                format!("{}: {}", binding.display(), error.problem(&provider.id)),
+            );
             return report.checks;
         }
         Err(_) => {

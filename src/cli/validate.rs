@@ -1,7 +1,10 @@
 //! `ctxd validate [--config F]`: checks the server config, every tenant's Projects and
 //! Bindings, that each project's providers are bound (and nothing else is), and that the
-//! environment holds every referenced secret — the deployment as [`Deployment::resolve`]
-//! finds it. Prints every problem, whatever its severity, then a summary.
+//! environment holds every referenced secret and a digest key `serve` accepts — the
+//! deployment as [`Deployment::resolve`] finds it — then opens every SQLite database
+//! read-only and prepares its query as `serve` does ([`Deployment::inspect_databases`]):
+//! what `serve` would refuse, `validate` reports. Prints every problem, whatever its
+//! severity, then a summary. Calls no HTTP provider (`ctxd doctor` does).
 
 use crate::config::{ConfigErrors, EnvVars, ServerConfig};
 use crate::deployment::Deployment;
@@ -100,7 +103,8 @@ pub(crate) fn check(config: &Path, env: &EnvVars) -> Report {
         server.tenants.len(),
         if server.tenants.len() == 1 { "" } else { "s" }
     ));
-    let deployment = Deployment::resolve(&server, env);
+    let mut deployment = Deployment::resolve(&server, env);
+    deployment.inspect_databases();
     report.tenants = server.tenants.len();
     report.projects = server.tenants.iter().map(|t| t.projects.len()).sum();
     for tenant in &deployment.tenants {
@@ -152,6 +156,11 @@ mod tests {
                 format!("revision = \"r1\"\n{binding_tables}"),
             )
             .unwrap();
+            // The database the `orders` entry names, with the table its query reads.
+            rusqlite::Connection::open(dir.path().join("config/bindings/orders.db"))
+                .unwrap()
+                .execute_batch("CREATE TABLE orders (id TEXT, customer_id TEXT);")
+                .unwrap();
             Deployment { dir }
         }
 
@@ -265,10 +274,11 @@ mod tests {
             "{config}: trace.digest_key_env: environment variable \"CTXD_DIGEST_KEY\" is not set"
         )));
         assert_eq!(report.summary(), "2 problems");
+        // A digest key serve accepts: at least 32 bytes.
         let fixed = deployment.check(&[
             ("CRM_TOKEN", "x"),
             ("ACME_KEY", "y"),
-            ("CTXD_DIGEST_KEY", "z"),
+            ("CTXD_DIGEST_KEY", &"z".repeat(32)),
         ]);
         assert!(fixed.is_ok(), "{fixed:#?}");
     }
@@ -332,20 +342,110 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_project_file_is_a_problem_with_its_path() {
+    fn a_missing_file_is_named_with_the_config_key_that_points_to_it() {
         let deployment = Deployment::standard();
         fs::remove_file(deployment.dir.path().join("project.json")).unwrap();
         let report = deployment.check(ENV);
         assert_eq!(report.problems.len(), 1, "{report:#?}");
-        let project = deployment
-            .dir
-            .path()
-            .join("config/../project.json")
-            .display()
-            .to_string();
+        let config = deployment.path("config/ctxd.toml");
+        let project = deployment.path("config/../project.json");
         assert!(
-            report.problems[0].starts_with(&format!("{project}: cannot read the file")),
+            report.problems[0].starts_with(&format!(
+                "{config}: tenants[0].projects[0].path: cannot read {project}: "
+            )),
             "{report:#?}"
+        );
+
+        let deployment = Deployment::standard();
+        fs::remove_file(deployment.dir.path().join("config/bindings/acme.toml")).unwrap();
+        let report = deployment.check(ENV);
+        let config = deployment.path("config/ctxd.toml");
+        let binding = deployment.path("config/bindings/acme.toml");
+        assert!(
+            report.problems[0].starts_with(&format!(
+                "{config}: tenants[0].projects[0].binding: cannot read {binding}: "
+            )),
+            "{report:#?}"
+        );
+    }
+
+    #[test]
+    fn what_serve_refuses_of_a_sqlite_entry_is_a_problem() {
+        let deployment = Deployment::standard();
+        let binding = deployment.path("config/bindings/acme.toml");
+        let database = deployment.path("config/bindings/orders.db");
+        let with_orders = |orders: &str| {
+            fs::write(
+                deployment.dir.path().join("config/bindings/acme.toml"),
+                format!("revision = \"r1\"\n{CUSTOMER_DATA}{orders}"),
+            )
+            .unwrap();
+            deployment.check(ENV)
+        };
+        // A query that writes passes the binding's own rule (one statement, ?1 only) but
+        // does not prepare read-only.
+        let report = with_orders(&ORDERS.replace(
+            "SELECT id FROM orders WHERE customer_id = ?1",
+            "DELETE FROM orders WHERE customer_id = ?1 RETURNING id",
+        ));
+        assert_eq!(report.problems.len(), 1, "{report:#?}");
+        assert!(
+            report.problems[0].starts_with(&format!(
+                "{binding}: providers.orders.query: does not prepare as a read-only SELECT: "
+            )),
+            "{report:#?}"
+        );
+        let report = with_orders(&ORDERS.replace("FROM orders", "FROM missing"));
+        assert!(
+            report.problems[0].contains("providers.orders.query: does not prepare as a read-only SELECT: no such table: missing"),
+            "{report:#?}"
+        );
+        // The database does not exist: nothing is created.
+        fs::remove_file(&database).unwrap();
+        let report = with_orders(ORDERS);
+        assert_only_problem(
+            &report,
+            &format!("{binding}: providers.orders.database: {database}: the file does not exist"),
+        );
+        assert!(!Path::new(&database).exists());
+    }
+
+    #[test]
+    fn a_digest_key_serve_refuses_is_a_problem() {
+        let deployment = Deployment::new(
+            "digest_key_env = \"CTXD_DIGEST_KEY\"",
+            &format!("{CUSTOMER_DATA}{ORDERS}"),
+        );
+        let mut env = ENV.to_vec();
+        env.push(("CTXD_DIGEST_KEY", "12345"));
+        let report = deployment.check(&env);
+        assert_only_problem(
+            &report,
+            &format!(
+                "{}: trace.digest_key_env: environment variable \"CTXD_DIGEST_KEY\" is shorter than 32 bytes: serve refuses such a digest key",
+                deployment.path("config/ctxd.toml")
+            ),
+        );
+        assert!(!report.problems[0].contains("12345"));
+    }
+
+    #[test]
+    fn the_trace_store_is_never_a_provider_database() {
+        let deployment = Deployment::new(
+            "store = \"sqlite:bindings/orders.db\"\ngenerate_digest_key = true",
+            &format!("{CUSTOMER_DATA}{ORDERS}"),
+        );
+        let report = deployment.check(ENV);
+        assert_eq!(report.problems.len(), 1, "{report:#?}");
+        let real = fs::canonicalize(deployment.path("config/bindings/orders.db")).unwrap();
+        assert_eq!(
+            report.problems[0],
+            format!(
+                "{}: providers.orders.database: {} is the trace store of {} (trace.store): a provider never serves ctxd's own records",
+                deployment.path("config/bindings/acme.toml"),
+                real.display(),
+                deployment.path("config/ctxd.toml"),
+            )
         );
     }
 

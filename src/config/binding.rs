@@ -9,11 +9,12 @@
 //! it is the same on every machine and never depends on a secret's value.
 
 use super::{
-    ConfigErrors, Problems, field_path, key_path, parse_toml, refuse_inline_secrets, section,
-    unknown_keys,
+    ConfigErrors, Problems, field_path, index_path, key_path, kind_in_words, parse_toml,
+    refuse_inline_secrets, section, unknown_keys,
 };
 use crate::providers::PoolSettings;
 use crate::providers::endpoint::{self, Violation};
+use query::query_problems;
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
 use settings::{Partial, RawSettings, check_settings, merge};
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use url::Url;
 
+mod query;
 mod settings;
 
 /// Provider timeout when neither the provider nor `[defaults]` sets one.
@@ -53,7 +55,7 @@ const SETTING_KEYS: &[&str] = &[
     "retention",
     "retention_ttl",
 ];
-const TOP_KEYS: &[&str] = &["revision", "defaults", "providers"];
+const TOP_KEYS: &[&str] = &["revision", "allowed_roots", "defaults", "providers"];
 const SECRET_HINT: &str =
     "put the secret in an environment variable and reference it with secret_env = \"VAR_NAME\"";
 
@@ -65,6 +67,10 @@ pub struct Binding {
     /// `sha256:<hex>` over the canonical JSON of the revision and every provider's merged
     /// settings (env var names, never values; database paths as written).
     pub(crate) digest: String,
+    /// Folders every SQLite `database` must lie in (after symbolic links are resolved),
+    /// absolute; empty: no such confinement. Not in the digest: it decides whether the
+    /// binding is served, never what it answers.
+    pub(crate) allowed_roots: Vec<PathBuf>,
     pub providers: BTreeMap<String, ProviderBinding>,
 }
 
@@ -232,6 +238,10 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<Binding, Confi
     unknown_keys(&mut problems, "", &table, TOP_KEYS);
 
     let revision = check_revision(&mut problems, table.remove("revision"));
+    let allowed_roots = match table.remove("allowed_roots") {
+        None => Vec::new(),
+        Some(value) => check_allowed_roots(&mut problems, value, base_dir),
+    };
     let defaults = match table.remove("defaults") {
         None => Partial::default(),
         Some(toml::Value::Table(defaults)) => check_defaults(&mut problems, defaults),
@@ -272,13 +282,60 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<Binding, Confi
         Binding {
             revision,
             digest,
+            allowed_roots,
             providers,
         },
     )
 }
 
+/// `allowed_roots`: a non-empty list of folder paths, relative to the binding's folder.
+fn check_allowed_roots(
+    problems: &mut Problems,
+    value: toml::Value,
+    base_dir: &Path,
+) -> Vec<PathBuf> {
+    const PATH: &str = "allowed_roots";
+    let toml::Value::Array(roots) = value else {
+        problems.add(
+            PATH,
+            format!(
+                "must be a list of folders (found {})",
+                kind_in_words(&value)
+            ),
+        );
+        return Vec::new();
+    };
+    if roots.is_empty() {
+        problems.add(
+            PATH,
+            "must list at least one folder (omit it to allow a database anywhere but the trace store)",
+        );
+    }
+    let mut resolved = Vec::with_capacity(roots.len());
+    for (i, root) in roots.into_iter().enumerate() {
+        let path = index_path(PATH, i);
+        match root {
+            toml::Value::String(root) if root.trim().is_empty() => {
+                problems.add(&path, "must not be empty");
+            }
+            toml::Value::String(root) if root.starts_with("file:") || root.contains("://") => {
+                problems.add(&path, "must be the path of a folder, not a URI");
+            }
+            toml::Value::String(root) => resolved.push(resolve(base_dir, &root)),
+            other => problems.add(
+                &path,
+                format!(
+                    "must be a folder path, a string (found {})",
+                    kind_in_words(&other)
+                ),
+            ),
+        }
+    }
+    resolved
+}
+
 fn not_a_table(value: &toml::Value) -> String {
-    format!("must be a table (found {})", value.type_str())
+    format!("must be a table (found {})", kind_in_words(value))
 }
 
 fn check_revision(problems: &mut Problems, value: Option<toml::Value>) -> Option<String> {
@@ -299,7 +356,7 @@ fn check_revision(problems: &mut Problems, value: Option<toml::Value>) -> Option
         Some(toml::Value::String(revision)) => return Some(revision),
         Some(other) => problems.add(
             "revision",
-            format!("must be a string (found {})", other.type_str()),
+            format!("must be a string (found {})", kind_in_words(&other)),
         ),
     }
     None
@@ -580,108 +637,6 @@ fn resolve(base_dir: &Path, database: &str) -> PathBuf {
     }
 }
 
-/// Problems of a SQLite query: it must be one statement whose only parameter is `?1`.
-/// String literals, quoted identifiers and comments are skipped, so `'what?'` or
-/// `-- ?2` are not parameters.
-fn query_problems(sql: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    if sql.trim().is_empty() {
-        found.push("must not be empty".to_owned());
-        return found;
-    }
-    let chars: Vec<char> = sql.chars().collect();
-    let mut uses_p1 = false;
-    let mut others: Vec<String> = Vec::new();
-    let mut statement_ended = false;
-    let mut second_statement = false;
-    let is_word = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        let next = chars.get(i + 1).copied();
-        match c {
-            '\'' | '"' | '`' | '[' => {
-                let close = if c == '[' { ']' } else { c };
-                i += 1;
-                while i < chars.len() {
-                    if chars[i] == close {
-                        // A doubled quote is an escaped quote inside the literal.
-                        if close != ']' && chars.get(i + 1) == Some(&close) {
-                            i += 2;
-                            continue;
-                        }
-                        break;
-                    }
-                    i += 1;
-                }
-                i += 1;
-                second_statement |= statement_ended;
-                continue;
-            }
-            '-' if next == Some('-') => {
-                while i < chars.len() && chars[i] != '\n' {
-                    i += 1;
-                }
-                continue;
-            }
-            '/' if next == Some('*') => {
-                i += 2;
-                while i < chars.len() && !(chars[i] == '*' && chars.get(i + 1) == Some(&'/')) {
-                    i += 1;
-                }
-                i += 2;
-                continue;
-            }
-            ';' => statement_ended = true,
-            c if c.is_whitespace() => {}
-            '?' => {
-                second_statement |= statement_ended;
-                let digits: String = chars[i + 1..]
-                    .iter()
-                    .take_while(|c| c.is_ascii_digit())
-                    .collect();
-                i += 1 + digits.len();
-                if digits.is_empty() {
-                    others.push("?".to_owned());
-                } else if digits.trim_start_matches('0') == "1" {
-                    uses_p1 = true;
-                } else {
-                    others.push(format!("?{digits}"));
-                }
-                continue;
-            }
-            ':' | '@' | '$'
-                if next.is_some_and(|n| n.is_alphanumeric() || n == '_')
-                    && (i == 0 || !is_word(chars[i - 1])) =>
-            {
-                second_statement |= statement_ended;
-                let name: String = chars[i + 1..]
-                    .iter()
-                    .take_while(|c| c.is_alphanumeric() || **c == '_')
-                    .collect();
-                i += 1 + name.chars().count();
-                others.push(format!("{c}{name}"));
-                continue;
-            }
-            _ => second_statement |= statement_ended,
-        }
-        i += 1;
-    }
-    if second_statement {
-        found.push("must be a single statement".to_owned());
-    }
-    others.dedup();
-    for other in others {
-        found.push(format!(
-            "uses the parameter {other}: the lookup value is the only parameter, written ?1"
-        ));
-    }
-    if !uses_p1 {
-        found.push("must use ?1 for the lookup value".to_owned());
-    }
-    found
-}
-
 /// One provider's part of the binding digest: the location as written plus every merged
 /// setting, durations in milliseconds so `"1h"` and `"60m"` digest alike.
 fn digest_entry(provider: &ProviderBinding, written_location: Json) -> Json {
@@ -782,6 +737,51 @@ mod tests {
 
     fn provider<'a>(binding: &'a Binding, id: &str) -> &'a ProviderBinding {
         &binding.providers[id]
+    }
+
+    #[test]
+    fn allowed_roots_are_folders_relative_to_the_binding() {
+        let text = sqlite("SELECT id FROM t WHERE k = ?1").replacen(
+            "revision = \"r1\"\n",
+            "revision = \"r1\"\nallowed_roots = [\"data\", \"/srv/shared/db\", \"../x/./y\"]\n",
+            1,
+        );
+        let binding = parse(&text).unwrap();
+        assert_eq!(
+            binding.allowed_roots,
+            [
+                PathBuf::from("/srv/ctxd/bindings/data"),
+                PathBuf::from("/srv/shared/db"),
+                PathBuf::from("/srv/ctxd/bindings/../x/./y"),
+            ]
+        );
+        // Not in the digest: it decides whether the binding is served, not what it says.
+        assert_eq!(
+            binding.digest,
+            parse(&sqlite("SELECT id FROM t WHERE k = ?1"))
+                .unwrap()
+                .digest
+        );
+        assert!(
+            parse(&sqlite("SELECT id FROM t WHERE k = ?1"))
+                .unwrap()
+                .allowed_roots
+                .is_empty()
+        );
+        for (roots, path, needle) in [
+            ("[]", "allowed_roots", "at least one folder"),
+            ("\"data\"", "allowed_roots", "must be a list of folders"),
+            ("[\"\"]", "allowed_roots[0]", "must not be empty"),
+            ("[\"data\", 5]", "allowed_roots[1]", "must be a folder path"),
+            ("[\"file:data\"]", "allowed_roots[0]", "not a URI"),
+        ] {
+            let text = sqlite("SELECT id FROM t WHERE k = ?1").replacen(
+                "revision = \"r1\"\n",
+                &format!("revision = \"r1\"\nallowed_roots = {roots}\n"),
+                1,
+            );
+            assert_one_problem(&text, path, needle);
+        }
     }
 
     #[test]
@@ -1378,7 +1378,11 @@ mod tests {
                 Some("longer than zero"),
             ),
             ("version = \"\"", "version", Some("must not be empty")),
-            ("timeout_ms = \"800\"", "timeout_ms", Some("invalid type")),
+            (
+                "timeout_ms = \"800\"",
+                "timeout_ms",
+                Some("must be a whole number (found a string)"),
+            ),
         ];
         for (line, key, expected) in cases {
             let text = http(line);

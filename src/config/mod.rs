@@ -31,7 +31,7 @@ pub(crate) use server::{
 pub(crate) use trace_store::DigestKeySource;
 
 use crate::providers::secrets;
-use crate::validation::{Problem, Problems};
+use crate::validation::{Notation, Problem, Problems, in_words};
 use regex::Regex;
 use std::fmt;
 use std::ops::RangeInclusive;
@@ -199,7 +199,10 @@ impl Problems {
                 serde_path_to_error::Segment::Unknown => path,
             };
         }
-        self.add(&path, error.into_inner().message().to_owned());
+        self.add(
+            &path,
+            in_words(error.into_inner().message(), Notation::Toml),
+        );
     }
 }
 
@@ -218,6 +221,19 @@ pub(crate) fn read_config_file(path: &Path) -> Result<(String, &Path, String), C
         _ => Path::new("."),
     };
     Ok((text, base_dir, file))
+}
+
+/// What a TOML value is, in words: `a string`, `a whole number`, `a table`…
+pub(crate) fn kind_in_words(value: &toml::Value) -> &'static str {
+    match value {
+        toml::Value::String(_) => "a string",
+        toml::Value::Integer(_) => "a whole number",
+        toml::Value::Float(_) => "a number with a fraction",
+        toml::Value::Boolean(_) => "true or false",
+        toml::Value::Datetime(_) => "a date",
+        toml::Value::Array(_) => "a list",
+        toml::Value::Table(_) => "a table",
+    }
 }
 
 /// `parent.key`, with the key quoted when it is not a bare TOML key.

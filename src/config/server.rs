@@ -1082,7 +1082,7 @@ mod tests {
             (
                 "[server]\nlisten = 8080",
                 "server.listen",
-                Some("invalid type"),
+                Some("must be a string (found a whole number)"),
             ),
         ];
         for (section, path, expected) in cases {

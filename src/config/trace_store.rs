@@ -4,7 +4,8 @@
 
 use super::{EnvVars, TraceSettings, TraceStore};
 use crate::trace::DigestKey;
-use crate::trace::digest::{DigestKeyError, GENERATED_KEY_FILE};
+use crate::trace::digest::{DigestKeyError, GENERATED_KEY_FILE, MIN_KEY_BYTES};
+use crate::validation::Problem;
 use std::path::{Path, PathBuf};
 
 impl TraceSettings {
@@ -54,6 +55,42 @@ impl DigestKeySource {
     /// The generated key's file.
     pub(crate) fn key_file(&self) -> PathBuf {
         self.folder.join(GENERATED_KEY_FILE)
+    }
+
+    /// Why `serve` would refuse the key it finds, before anything is created: the env
+    /// var holds fewer than [`MIN_KEY_BYTES`] bytes (set but empty while a generated key
+    /// is allowed included), or the kept key file is that short. An unset env var without
+    /// `generate_digest_key` is the server config's own environment problem, not this.
+    /// The key is never read into the message.
+    pub(crate) fn refusal(&self, env: &EnvVars) -> Option<Problem> {
+        let name = &self.env_name;
+        match env.get(name) {
+            Some("") if !self.generate => None,
+            Some("") => Some(Problem::new(
+                "trace.digest_key_env",
+                format!(
+                    "environment variable {name:?} is set but empty: serve refuses an empty digest key (unset it to use the generated key, or set at least {MIN_KEY_BYTES} bytes)"
+                ),
+            )),
+            Some(value) if value.len() < MIN_KEY_BYTES => Some(Problem::new(
+                "trace.digest_key_env",
+                format!(
+                    "environment variable {name:?} is shorter than {MIN_KEY_BYTES} bytes: serve refuses such a digest key"
+                ),
+            )),
+            Some(_) => None,
+            None if !self.generate => None,
+            None => match std::fs::metadata(self.key_file()) {
+                Ok(file) if file.len() < MIN_KEY_BYTES as u64 => Some(Problem::new(
+                    "trace.generate_digest_key",
+                    format!(
+                        "the generated key {} is shorter than {MIN_KEY_BYTES} bytes: serve refuses it",
+                        self.key_file().display()
+                    ),
+                )),
+                _ => None,
+            },
+        }
     }
 
     /// The key as `serve` resolves it: the env var's value, else the kept key file,
@@ -112,6 +149,36 @@ mod tests {
         );
         let bare = DigestKeySource::beside(Path::new("traces.db"), "K", false);
         assert_eq!(bare.folder, Path::new("."));
+    }
+
+    #[test]
+    fn keys_serve_would_refuse_are_problems_before_anything_is_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("traces.db");
+        let refusal = |generate: bool, env: &[(&str, &str)]| {
+            DigestKeySource::beside(&store, "K", generate)
+                .refusal(&env.iter().copied().collect())
+                .map(|p| (p.path, p.message))
+        };
+        let short = refusal(false, &[("K", "12345")]).unwrap();
+        assert_eq!(short.0, "trace.digest_key_env");
+        assert!(short.1.contains("shorter than 32 bytes"), "{short:?}");
+        assert!(!short.1.contains("12345"));
+        assert_eq!(refusal(false, &[("K", &"k".repeat(32))]), None);
+        // Unset (or empty) without a generated key: the config's own problem.
+        assert_eq!(refusal(false, &[]), None);
+        assert_eq!(refusal(false, &[("K", "")]), None);
+        assert!(refusal(true, &[("K", "")]).unwrap().1.contains("empty"));
+        // A generated key: fine when absent (serve creates it), refused when short.
+        assert_eq!(refusal(true, &[]), None);
+        std::fs::write(dir.path().join(GENERATED_KEY_FILE), "short").unwrap();
+        let kept = refusal(true, &[]).unwrap();
+        assert_eq!(kept.0, "trace.generate_digest_key");
+        let source = DigestKeySource::beside(&store, "K", true);
+        assert!(
+            source.resolve(&EnvVars::default()).is_err(),
+            "serve refuses it too"
+        );
     }
 
     #[test]

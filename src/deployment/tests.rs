@@ -141,6 +141,24 @@ fn severities_are_a_property_of_the_kind() {
         ),
         (
             ProblemKind::Secret {
+                binding: binding.clone(),
+                provider: provider(),
+                served: false,
+            },
+            Severity::Warning,
+            true,
+        ),
+        (
+            ProblemKind::Database {
+                binding: binding.clone(),
+                provider: provider(),
+                served: true,
+            },
+            Severity::Fatal,
+            true,
+        ),
+        (
+            ProblemKind::Database {
                 binding,
                 provider: provider(),
                 served: false,
@@ -317,7 +335,7 @@ fn file_problems_carry_their_file_and_what_they_concern() {
 }
 
 #[test]
-fn an_unreadable_project_is_one_problem_with_the_whole_file() {
+fn an_unreadable_project_is_one_problem_at_the_config_key_naming_it() {
     let files = Files::standard(&format!("{CUSTOMER_DATA}{ORDERS}"));
     fs::remove_file(files.dir.path().join("project.json")).unwrap();
     let deployment = files.resolve(ENV);
@@ -325,11 +343,153 @@ fn an_unreadable_project_is_one_problem_with_the_whole_file() {
         panic!("{deployment:#?}")
     };
     assert_eq!(problem.kind, ProblemKind::Project { project: 0 });
-    assert_eq!(problem.problem.path, "");
+    assert_eq!(
+        problem.file,
+        files.dir.path().join("ctxd.toml").display().to_string()
+    );
+    assert_eq!(problem.problem.path, "tenants[0].projects[0].path");
+    let project = files.dir.path().join("project.json");
     assert!(
-        problem.problem.message.starts_with("cannot read the file"),
+        problem
+            .problem
+            .message
+            .starts_with(&format!("cannot read {}: ", project.display())),
         "{problem}"
     );
+}
+
+/// The `orders` entry with `database` replaced (written as in the binding), and extra
+/// top-level lines before it.
+fn orders_at(database: &str, top: &str) -> String {
+    format!(
+        "{top}{CUSTOMER_DATA}{}",
+        ORDERS.replace(
+            "database = \"orders.db\"",
+            &format!("database = {database:?}")
+        )
+    )
+}
+
+fn database_problems(deployment: &Deployment) -> Vec<String> {
+    deployment
+        .problems
+        .iter()
+        .filter(|p| matches!(p.kind, ProblemKind::Database { .. }))
+        .map(|p| p.problem.to_string())
+        .collect()
+}
+
+#[test]
+fn ctxd_own_files_are_never_a_provider_database() {
+    // The store is `data/traces.db` beside the config; the binding is in `bindings/`.
+    for (database, what) in [
+        ("../data/traces.db", "is the trace store of"),
+        (
+            "../data/./traces.db-wal",
+            "is the write-ahead log of the trace store",
+        ),
+        (
+            "../data/traces.db-shm",
+            "is the shared-memory index of the trace store",
+        ),
+        (
+            "../data/traces.db-journal",
+            "is the rollback journal of the trace store",
+        ),
+        (
+            "../data/digest.key",
+            "is the digest key kept beside the trace store",
+        ),
+    ] {
+        let files = Files::new(
+            "store = \"sqlite:data/traces.db\"\ngenerate_digest_key = true",
+            &[("project.json", PROJECT)],
+            &orders_at(database, ""),
+        );
+        let deployment = files.resolve(ENV);
+        assert_eq!(
+            kinds(&deployment),
+            [(
+                ProblemKind::Database {
+                    binding: files.binding(),
+                    provider: "orders".to_owned(),
+                    served: true,
+                },
+                Severity::Fatal
+            )],
+            "{database}"
+        );
+        let problem = &database_problems(&deployment)[0];
+        assert!(
+            problem.starts_with("providers.orders.database: ") && problem.contains(what),
+            "{database}: {problem}"
+        );
+        assert!(problem.ends_with("a provider never serves ctxd's own records"));
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn a_link_to_the_trace_store_is_the_trace_store() {
+    let files = Files::new(
+        "store = \"sqlite:data/traces.db\"\ngenerate_digest_key = true",
+        &[("project.json", PROJECT)],
+        &orders_at("orders.db", ""),
+    );
+    fs::create_dir(files.dir.path().join("data")).unwrap();
+    fs::write(files.dir.path().join("data/traces.db"), "").unwrap();
+    std::os::unix::fs::symlink(
+        files.dir.path().join("data/traces.db"),
+        files.dir.path().join("bindings/orders.db"),
+    )
+    .unwrap();
+    assert_eq!(database_problems(&files.resolve(ENV)).len(), 1);
+    // A hard link is another name for the same file.
+    fs::remove_file(files.dir.path().join("bindings/orders.db")).unwrap();
+    fs::hard_link(
+        files.dir.path().join("data/traces.db"),
+        files.dir.path().join("bindings/orders.db"),
+    )
+    .unwrap();
+    assert_eq!(database_problems(&files.resolve(ENV)).len(), 1);
+}
+
+#[test]
+fn allowed_roots_confine_databases() {
+    let inside = Files::standard(&orders_at("data/orders.db", "allowed_roots = [\"data\"]\n"));
+    assert_eq!(inside.resolve(ENV).problems, []);
+
+    for database in [
+        "orders.db",
+        "data/../orders.db",
+        "../bindings/dataset/orders.db",
+    ] {
+        let files = Files::standard(&orders_at(database, "allowed_roots = [\"data\"]\n"));
+        let problems = database_problems(&files.resolve(ENV));
+        assert_eq!(problems.len(), 1, "{database}: {problems:?}");
+        assert!(
+            problems[0].contains("is outside allowed_roots ("),
+            "{database}: {problems:?}"
+        );
+    }
+
+    // A link inside a root that points outside it is outside.
+    #[cfg(unix)]
+    {
+        let files = Files::standard(&orders_at("data/orders.db", "allowed_roots = [\"data\"]\n"));
+        fs::create_dir(files.dir.path().join("bindings/data")).unwrap();
+        fs::write(files.dir.path().join("elsewhere.db"), "").unwrap();
+        std::os::unix::fs::symlink(
+            files.dir.path().join("elsewhere.db"),
+            files.dir.path().join("bindings/data/orders.db"),
+        )
+        .unwrap();
+        assert_eq!(database_problems(&files.resolve(ENV)).len(), 1);
+    }
+
+    // Without allowed_roots, anywhere but ctxd's own files.
+    let anywhere = Files::standard(&orders_at("../../elsewhere/orders.db", ""));
+    assert_eq!(anywhere.resolve(ENV).problems, []);
 }
 
 #[test]

@@ -94,6 +94,8 @@ pub fn assemble_with(
         handles,
         locators,
     } = rendering;
+    let quotable = render::quotable(calls);
+    let calls: &[Call] = &quotable;
     let provider_call = |p: usize| match decisions.providers[p] {
         ProviderDecision::Invoke(i) => {
             let call = &calls[i];

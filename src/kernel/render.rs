@@ -1,11 +1,17 @@
 //! The rendered text's building blocks: the data notice, layer headings, fences that
 //! carry the turn's nonce, and the statements for layers without material. Provider
-//! content is quoted verbatim inside fences and never interpreted.
+//! content is quoted verbatim inside fences and never interpreted — except for control
+//! characters, which no reader of the text should have to interpret: [`displayable`]
+//! turns every line separator into `\n` and removes the other controls, in every
+//! provider item before anything of it is measured or quoted ([`quotable`]).
 
 use crate::contract::HandleRef;
 use crate::contract::{Currentness, Item};
 use crate::digest::sha256_hex;
+use crate::outcome::{Answer, Call};
 use regex::Regex;
+use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::fmt::Write;
 use std::sync::LazyLock;
 
@@ -144,5 +150,251 @@ pub(super) fn section_end() -> &'static str {
 
 /// Collapses line breaks so an author- or provider-chosen name cannot start a new line.
 fn single_line(text: &str) -> String {
-    text.split(['\r', '\n']).collect::<Vec<_>>().join(" ")
+    displayable(text).replace('\n', " ")
+}
+
+/// What a control character becomes in rendered text.
+enum Control {
+    /// A line separator: `\n`.
+    LineBreak,
+    /// Removed.
+    Dropped,
+}
+
+/// Line separators — CR (and CR LF as one), NEL (U+0085), LINE SEPARATOR (U+2028),
+/// PARAGRAPH SEPARATOR (U+2029) — next to `\n`, which a terminal, a log viewer or a
+/// model may each treat as a new line; and the controls that have no place in text:
+/// C0 other than tab and newline (NUL, ESC, …), DEL and C1 (U+0080–U+009F: CSI
+/// U+009B starts a terminal escape like `ESC [`).
+fn control(c: char) -> Option<Control> {
+    match c {
+        '\t' | '\n' => None,
+        '\r' | '\u{85}' | '\u{2028}' | '\u{2029}' => Some(Control::LineBreak),
+        c if c.is_control() => Some(Control::Dropped),
+        _ => None,
+    }
+}
+
+/// Text as rendered: every line separator a `\n`, every other control character other
+/// than tab removed. Never longer than `text`; borrowed when nothing changes.
+pub(crate) fn displayable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(|c| control(c).is_some()) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match control(c) {
+            None => out.push(c),
+            Some(Control::Dropped) => {}
+            Some(Control::LineBreak) => {
+                if c == '\r' && chars.peek() == Some(&'\n') {
+                    chars.next();
+                }
+                out.push('\n');
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// The calls with every item as the rendered text quotes it ([`displayable`] title,
+/// content and metadata keys and strings). Borrowed when no item has a control
+/// character, which is the usual case. The fingerprints stay those of the items as
+/// answered: they identify what the provider sent, which traces record.
+pub(super) fn quotable(calls: &[Call]) -> Cow<'_, [Call]> {
+    let needs_change = |call: &Call| call.outcome.items_found().iter().any(item_has_controls);
+    if !calls.iter().any(needs_change) {
+        return Cow::Borrowed(calls);
+    }
+    let mut calls = calls.to_vec();
+    for call in &mut calls {
+        if let Answer::Items { items, .. } = &mut call.outcome.answer {
+            for item in items.iter_mut().filter(|item| item_has_controls(item)) {
+                clean_item(item);
+            }
+        }
+    }
+    Cow::Owned(calls)
+}
+
+fn has_controls(text: &str) -> bool {
+    matches!(displayable(text), Cow::Owned(_))
+}
+
+fn item_has_controls(item: &Item) -> bool {
+    item.title.as_deref().is_some_and(has_controls)
+        || has_controls(&item.content)
+        || map_has_controls(&item.metadata)
+}
+
+fn map_has_controls(map: &Map<String, Value>) -> bool {
+    map.iter()
+        .any(|(key, value)| has_controls(key) || value_has_controls(value))
+}
+
+fn value_has_controls(value: &Value) -> bool {
+    match value {
+        Value::String(text) => has_controls(text),
+        Value::Array(values) => values.iter().any(value_has_controls),
+        Value::Object(map) => map_has_controls(map),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
+fn clean_item(item: &mut Item) {
+    if let Some(title) = &mut item.title {
+        *title = displayable(title).into_owned();
+    }
+    item.content = displayable(&item.content).into_owned();
+    item.metadata = clean_map(std::mem::take(&mut item.metadata));
+}
+
+fn clean_map(map: Map<String, Value>) -> Map<String, Value> {
+    map.into_iter()
+        .map(|(key, value)| (displayable(&key).into_owned(), clean_value(value)))
+        .collect()
+}
+
+fn clean_value(value: Value) -> Value {
+    match value {
+        Value::String(text) => Value::String(displayable(&text).into_owned()),
+        Value::Array(values) => Value::Array(values.into_iter().map(clean_value).collect()),
+        Value::Object(map) => Value::Object(clean_map(map)),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::{LayerReason, LayerStatus, ProviderStatus, Source};
+    use crate::gate::{self, GateRequest};
+    use crate::kernel::{NoHandles, Rendering, assemble_with};
+    use crate::outcome::{CallFacts, Outcome};
+    use crate::project::Project;
+    use serde_json::json;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn line_separators_become_newlines_and_other_controls_go() {
+        for (text, shown) in [
+            ("plain text\twith a tab\n", "plain text\twith a tab\n"),
+            ("a\r\nb\rc\u{85}d\u{2028}e\u{2029}f", "a\nb\nc\nd\ne\nf"),
+            ("\r\r\n", "\n\n"),
+            ("nul\0esc\u{1b}[2Jbell\u{7}", "nulesc[2Jbell"),
+            ("del\u{7f} csi\u{9b}2J", "del csi2J"),
+            ("ünïcödé — “quotes” 😀", "ünïcödé — “quotes” 😀"),
+        ] {
+            assert_eq!(displayable(text), shown, "{text:?}");
+            assert!(displayable(text).len() <= text.len());
+        }
+        assert!(matches!(displayable("nothing to do"), Cow::Borrowed(_)));
+        assert_eq!(single_line("one\u{2028}two\r\nthree"), "one two three");
+        assert_eq!(
+            layer_heading("Pro\u{1b}[2Jfile\u{2029}", "p"),
+            "## Pro[2Jfile  [layer p]\n"
+        );
+    }
+
+    /// One bound layer `profile` over provider `crm`, planned with `customerId` given.
+    fn assemble_one(outcome: Outcome) -> crate::contract::TurnResult {
+        let project = Project::from_json(
+            &json!({
+                "id": "render", "version": "1",
+                "providers": [{"id": "crm", "name": "CRM", "lookup": {"input": "customerId"}}],
+                "layers": [{"id": "profile", "name": "Profile", "bindings": [{"provider": "crm"}]}]
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let inputs: BTreeMap<String, String> =
+            [("customerId".to_owned(), "CUST-1".to_owned())].into();
+        let request = GateRequest {
+            profile: project.profile("default").unwrap(),
+            objective: None,
+            consumer: None,
+            inputs: &inputs,
+        };
+        let plan = gate::plan(&project, &request, &|_| true);
+        let calls: Vec<Call> = plan
+            .invocations
+            .iter()
+            .map(|invocation| {
+                let facts = CallFacts::untimed(&outcome);
+                Call::new(invocation.clone(), outcome.clone(), facts)
+            })
+            .collect();
+        let rendering = Rendering {
+            max_bytes: 16 * 1024,
+            nonce: "0123456789abcdef0123456789abcdef",
+            handles: &mut NoHandles,
+            locators: None,
+        };
+        assemble_with(&project, &plan.decisions, &calls, rendering)
+    }
+
+    #[test]
+    fn rendered_provider_text_carries_no_control_characters() {
+        let item = Item {
+            id: "R-1".to_owned(),
+            title: Some("Title\u{2028}tenant alpha\u{85}blocked yes".to_owned()),
+            content: "line one\r\nline two\0\u{1b}[2J\u{9b}31m\u{2029}end\tok".to_owned(),
+            metadata: [(
+                "note\u{2028}".to_owned(),
+                json!(["a\u{2029}b", {"k": "\u{1b}x"}]),
+            )]
+            .into_iter()
+            .collect(),
+            updated_at: None,
+        };
+        let outcome = Outcome::answered(vec![item.clone()], Currentness::Current, Source::Live);
+        let result = assemble_one(outcome.clone());
+        let rendered = result.rendered.unwrap();
+        assert!(
+            !rendered.chars().any(|c| c != '\n'
+                && c != '\t'
+                && (c.is_control() || c == '\u{2028}' || c == '\u{2029}')),
+            "{rendered:?}"
+        );
+        assert!(
+            rendered.contains("title: Title tenant alpha blocked yes\n"),
+            "{rendered}"
+        );
+        assert!(
+            rendered.contains("line one\nline two[2J31m\nend\tok"),
+            "{rendered}"
+        );
+        assert!(
+            rendered.contains(r#"metadata: {"note\n":["a\nb",{"k":"x"}]}"#),
+            "{rendered}"
+        );
+        // The selection's fingerprint is still that of the item as the provider sent it.
+        let call_fingerprint = crate::digest::canonical_digest(&item);
+        assert_eq!(
+            result.selections[0].fingerprint.as_deref(),
+            Some(call_fingerprint.as_str())
+        );
+        assert_eq!(result.budget.used_bytes, rendered.len());
+    }
+
+    #[test]
+    fn an_answer_without_items_renders_no_matching_records() {
+        let result = assemble_one(Outcome::answered(
+            Vec::new(),
+            Currentness::Current,
+            Source::Live,
+        ));
+        assert_eq!(result.providers[0].status, ProviderStatus::NotFound);
+        assert_eq!(
+            (result.layers[0].status, result.layers[0].reason),
+            (LayerStatus::Empty, LayerReason::NotFound)
+        );
+        assert!(
+            result
+                .rendered
+                .unwrap()
+                .contains("No matching records: provider crm has none.\n")
+        );
+    }
 }

@@ -7,6 +7,7 @@
 mod build;
 mod model;
 pub(crate) mod refusal;
+mod shape;
 mod validate;
 
 pub(crate) use build::Build;
@@ -17,7 +18,7 @@ pub(crate) use validate::{
     BASE_VALUE_GRAMMAR, DEFAULT_MAX_BYTES, MAX_BUDGET_BYTES, MIN_BUDGET_BYTES,
 };
 
-use crate::validation::Problem;
+use crate::validation::{Notation, Problem, in_words};
 use regex::Regex;
 use serde_json::Value;
 use std::fmt;
@@ -115,7 +116,7 @@ impl Project {
     /// Validates an authored document (already parsed) into a Project.
     #[cfg(test)]
     pub(crate) fn from_doc(doc: ProjectDoc) -> Result<Project, ProjectErrors> {
-        validate::validate(doc, "$")
+        validate::validate(doc, "$", true)
     }
 
     /// Parses and validates a Project or a Build from JSON text.
@@ -179,17 +180,66 @@ impl Project {
     }
 }
 
-/// Refusal scan, typed parse and validation of one raw Project document.
-fn load_document(value: Value, root: &str) -> Result<Project, ProjectErrors> {
-    let refusals = refusal::scan(&value, root);
-    if !refusals.is_empty() {
-        return Err(ProjectErrors(refusals));
+/// Refusal scan, shape check, typed parse and validation of one raw Project document,
+/// reporting every problem of every step at once: a refused key is removed and a value
+/// of the wrong type replaced, so each later step still checks all the rest.
+fn load_document(mut value: Value, root: &str) -> Result<Project, ProjectErrors> {
+    let mut problems = refusal::refuse(&mut value, root);
+    let mut replaced: Vec<String> = problems.iter().map(|p| p.path.clone()).collect();
+    let checked = shape::check(&mut value, &shape::PROJECT, root);
+    problems.extend(checked.problems);
+    replaced.extend(checked.replaced);
+    let doc: ProjectDoc = match serde_path_to_error::deserialize(value) {
+        Ok(doc) => doc,
+        // The shapes mirror the model, so this is a backstop: typed parsing decides.
+        Err(e) => {
+            let path = json_path(root, &e.path().to_string());
+            problems.push(Problem::new(
+                path,
+                in_words(&e.into_inner().to_string(), Notation::Json),
+            ));
+            return Err(ProjectErrors(problems));
+        }
+    };
+    let references = !replaced.iter().any(|path| declares_ids(path, root));
+    match validate::validate(doc, root, references) {
+        Ok(project) if problems.is_empty() => Ok(project),
+        Ok(_) => Err(ProjectErrors(problems)),
+        Err(ProjectErrors(found)) => {
+            // What the checks say of a stand-in is not the author's problem.
+            problems.extend(
+                found
+                    .into_iter()
+                    .filter(|p| !replaced.iter().any(|r| is_at_or_below(&p.path, r))),
+            );
+            Err(ProjectErrors(problems))
+        }
     }
-    let doc: ProjectDoc = serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = json_path(root, &e.path().to_string());
-        ProjectErrors(vec![Problem::new(path, e.into_inner().to_string())])
-    })?;
-    validate::validate(doc, root)
+}
+
+/// Whether `path` holds ids that other parts of the document refer to: a list of
+/// providers, layers or profiles, one of them, or its id.
+fn declares_ids(path: &str, root: &str) -> bool {
+    let Some(rest) = path.strip_prefix(root) else {
+        return false;
+    };
+    ["providers", "layers", "profiles"].iter().any(|list| {
+        rest.strip_prefix('.')
+            .and_then(|rest| rest.strip_prefix(list))
+            .is_some_and(|rest| {
+                let element = rest
+                    .strip_prefix('[')
+                    .and_then(|rest| rest.split_once(']'))
+                    .map(|(index, tail)| (index.chars().all(|c| c.is_ascii_digit()), tail));
+                rest.is_empty() || matches!(element, Some((true, "" | ".id")))
+            })
+    })
+}
+
+/// Whether `path` is `at` or inside it (`$.a.b` and `$.a[0]` are inside `$.a`).
+fn is_at_or_below(path: &str, at: &str) -> bool {
+    path.strip_prefix(at)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
 }
 
 /// Joins serde_path_to_error's `a.b[0]` form onto a root such as `$`.

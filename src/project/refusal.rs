@@ -36,7 +36,15 @@ const REFUSED_KEY_COMPOUNDS: &[&str] = &[
 ];
 
 /// Scans a raw Project document and returns every refusal with its JSON path.
+#[cfg(test)]
 pub(crate) fn scan(document: &Value, root: &str) -> Vec<Problem> {
+    refuse(&mut document.clone(), root)
+}
+
+/// Refuses deployment details in place and returns every refusal with its JSON path: a
+/// refused key is removed, a refused value replaced by an empty string — so the later
+/// checks see neither (no second message about the same key, no value echoed).
+pub(crate) fn refuse(document: &mut Value, root: &str) -> Vec<Problem> {
     let mut found = Vec::new();
     walk(document, root, Position::Other, &mut found);
     found
@@ -52,32 +60,33 @@ enum Position {
     Other,
 }
 
-fn walk(value: &Value, path: &str, position: Position, found: &mut Vec<Problem>) {
+fn walk(value: &mut Value, path: &str, position: Position, found: &mut Vec<Problem>) {
     match value {
         Value::Object(map) => {
-            for (key, child) in map {
+            let keys: Vec<String> = map.keys().cloned().collect();
+            for key in keys {
                 let child_path = format!("{path}.{key}");
-                if position != Position::IdKeyedMap && key_is_refused(key) {
+                if position != Position::IdKeyedMap && key_is_refused(&key) {
                     found.push(Problem::new(
                         &child_path,
                         format!("`{key}` {BELONGS_IN_BINDING}, not in a Project"),
                     ));
+                    map.shift_remove(&key);
                     continue;
                 }
-                if let Some(detector) = secrets::scan(key) {
+                if let Some(detector) = secrets::scan(&key) {
                     found.push(secret_refusal(&child_path, detector.name()));
+                    map.shift_remove(&key);
                     continue;
                 }
-                walk(
-                    child,
-                    &child_path,
-                    child_position(path, key, position),
-                    found,
-                );
+                if let Some(child) = map.get_mut(&key) {
+                    let position = child_position(path, &key, position);
+                    walk(child, &child_path, position, found);
+                }
             }
         }
         Value::Array(items) => {
-            for (i, child) in items.iter().enumerate() {
+            for (i, child) in items.iter_mut().enumerate() {
                 let child_path = format!("{path}[{i}]");
                 let child_position = if is_provider_list(path) {
                     Position::ProviderEntry
@@ -90,15 +99,21 @@ fn walk(value: &Value, path: &str, position: Position, found: &mut Vec<Problem>)
             }
         }
         Value::String(text) => {
-            if let Some(detector) = secrets::scan(text) {
-                found.push(secret_refusal(path, detector.name()));
+            let refusal = if let Some(detector) = secrets::scan(text) {
+                Some(secret_refusal(path, detector.name()))
             } else if position == Position::ProviderEntry
                 && let Some(shape) = deployment_shape(text)
             {
-                found.push(Problem::new(
+                Some(Problem::new(
                     path,
                     format!("a {shape} {BELONGS_IN_BINDING}, not in a Project"),
-                ));
+                ))
+            } else {
+                None
+            };
+            if let Some(refusal) = refusal {
+                found.push(refusal);
+                text.clear();
             }
         }
         _ => {}

@@ -29,6 +29,22 @@ fn errors_of(document: &Value) -> Vec<(String, String)> {
     }
 }
 
+/// The JSON path (`$.providers[0].id`) of a JSON pointer (`/providers/0/id`).
+fn json_path_of(pointer: &str) -> String {
+    let parts: String = pointer
+        .split('/')
+        .skip(1)
+        .map(|part| {
+            if part.chars().all(|c| c.is_ascii_digit()) {
+                format!("[{part}]")
+            } else {
+                format!(".{part}")
+            }
+        })
+        .collect();
+    format!("${parts}")
+}
+
 /// Sets (or adds) the value at a JSON pointer.
 fn with(mut document: Value, pointer: &str, value: Value) -> Value {
     let (parent, key) = pointer.rsplit_once('/').expect("a pointer");
@@ -68,7 +84,7 @@ fn each_problem_names_its_path() {
             "wrong type",
             with(minimal(), "/providers/0/maxItems", json!("two")),
             "$.providers[0].maxItems",
-            "invalid type",
+            "must be a whole number (found a string)",
         ),
         (
             "maxItems over 100",
@@ -142,7 +158,7 @@ fn each_problem_names_its_path() {
             "unknown currentness",
             with(minimal(), "/layers/1/currentness", json!("sometimes")),
             "$.layers[1].currentness",
-            "unknown variant `sometimes`",
+            "must be one of \"required\", \"preferred\" (found \"sometimes\")",
         ),
         (
             "budget too small",
@@ -200,6 +216,255 @@ fn every_problem_is_reported_at_once() {
 }
 
 #[test]
+fn refusals_unknown_keys_types_and_meaning_are_reported_in_one_run() {
+    let mut document = minimal();
+    document["providers"][0]["endpoint"] = json!("https://crm.internal/context");
+    document["layers"][1]
+        .as_object_mut()
+        .unwrap()
+        .remove("required");
+    document["layers"][1]["requried"] = json!(true);
+    document["budget"] = json!({"maxBytes": "4096"});
+    document["providers"][0]["lookup"]["pattern"] = json!("^CUST-[0-9");
+    let errors = errors_of(&document);
+    let paths: Vec<&str> = errors.iter().map(|(path, _)| path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "$.providers[0].endpoint",
+            "$.budget.maxBytes",
+            "$.layers[1].requried",
+            "$.providers[0].lookup.pattern",
+        ],
+        "{errors:#?}"
+    );
+    assert!(errors[0].1.contains(refusal::BELONGS_IN_BINDING));
+    assert_eq!(errors[1].1, "must be a whole number (found a string)");
+    assert!(
+        errors[2]
+            .1
+            .starts_with("unknown field `requried`, expected one of `id`, `name`"),
+        "{errors:#?}"
+    );
+    assert!(
+        errors[2].1.ends_with("(did you mean `required`?)"),
+        "{errors:#?}"
+    );
+    assert!(errors[3].1.starts_with("invalid regex"), "{errors:#?}");
+}
+
+#[test]
+fn types_are_said_in_words_and_stand_ins_raise_no_second_problem() {
+    type Case = (&'static str, Value, &'static str, &'static str);
+    let cases: Vec<Case> = vec![
+        (
+            "/id",
+            json!(5),
+            "$.id",
+            "must be a string (found a whole number)",
+        ),
+        (
+            "/layers",
+            json!({"id": "x"}),
+            "$.layers",
+            "must be a list of objects (found an object)",
+        ),
+        (
+            "/layers/0/required",
+            json!("yes"),
+            "$.layers[0].required",
+            "must be true or false (found a string)",
+        ),
+        (
+            "/providers/0/maxItems",
+            json!(-2),
+            "$.providers[0].maxItems",
+            "must be a whole number (found a negative number)",
+        ),
+        (
+            "/providers/0/maxItems",
+            json!(2.5),
+            "$.providers[0].maxItems",
+            "must be a whole number (found a number with a fraction)",
+        ),
+        (
+            "/providers/0/maxItems",
+            json!(5_000_000_000u64),
+            "$.providers[0].maxItems",
+            "must be a whole number from 0 to 4294967295 (found 5000000000)",
+        ),
+        (
+            "/providers/0/lookup",
+            json!("customerId"),
+            "$.providers[0].lookup",
+            "must be an object (found a string)",
+        ),
+        (
+            "/layers/1/bindings/0",
+            json!("customer-data"),
+            "$.layers[1].bindings[0]",
+            "must be an object (found a string)",
+        ),
+        (
+            "/profiles/1/exclude",
+            json!("customer-profile"),
+            "$.profiles[1].exclude",
+            "must be a list of strings (found a string)",
+        ),
+        (
+            // The profile `lite` names this layer: not reported as unknown.
+            "/layers/1/id",
+            json!(5),
+            "$.layers[1].id",
+            "must be a string (found a whole number)",
+        ),
+        (
+            "/layers/0/name",
+            Value::Null,
+            "$.layers[0].name",
+            "must be a string (found null)",
+        ),
+    ];
+    for (pointer, value, path, message) in cases {
+        let errors = errors_of(&with(minimal(), pointer, value));
+        assert_eq!(errors, [(path.to_owned(), message.to_owned())], "{pointer}");
+    }
+    // A missing required key is named at its own path.
+    let mut document = minimal();
+    document["providers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("name");
+    assert_eq!(
+        errors_of(&document),
+        [(
+            "$.providers[0].name".to_owned(),
+            "is required: a string".to_owned()
+        )]
+    );
+    // Optional keys may be null; lists that default to empty may not.
+    assert!(errors_of(&with(minimal(), "/layers/0/required", Value::Null)).is_empty());
+    assert_eq!(
+        errors_of(&with(minimal(), "/profiles", Value::Null)),
+        [(
+            "$.profiles".to_owned(),
+            "must be a list of objects (found null)".to_owned()
+        )]
+    );
+}
+
+/// A document with every key of the model set, so the shapes can be checked against it.
+fn complete() -> Value {
+    let mut document = minimal();
+    document["name"] = json!("Support");
+    document["description"] = json!("Everything");
+    document["budget"] = json!({"maxBytes": 4096});
+    document["layers"][1]["requiresInput"] = json!(["customerId"]);
+    document["layers"][1]["scope"] = json!({"objectives": ["support"], "consumers": ["agent"]});
+    document["layers"][1]["currentness"] = json!("required");
+    document["layers"][1]["handles"] = json!(true);
+    document["tests"] = json!([{
+        "id": "t1", "description": "all keys",
+        "request": {"profile": "default", "objective": "support", "consumer": "agent",
+                    "inputs": {"customerId": "CUST-1042"}, "budget": {"maxBytes": 4096}},
+        "providers": {"customer-data": {"items": [{"id": "1", "title": "T", "content": "C",
+            "metadata": {"plan": "Gold", "n": [1, {"x": null}]}, "updatedAt": "2026-01-01"}],
+            "currentness": "STALE", "version": "5", "revision": "r"}},
+        "expect": {"blocked": false, "layers": {"policy": "INCLUDED"},
+                   "providers": {"customer-data": "OK"}, "contains": ["x"],
+                   "notContains": ["y"], "equals": "z"}
+    }, {
+        "id": "t2", "request": {},
+        "providers": {"customer-data": {"status": "TIMEOUT", "detail": "slow"}}
+    }]);
+    document
+}
+
+/// Every path to a value in `value`, as JSON pointers, with the value.
+fn leaves(value: &Value, pointer: String, out: &mut Vec<(String, Value)>) {
+    out.push((pointer.clone(), value.clone()));
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                leaves(child, format!("{pointer}/{key}"), out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                leaves(child, format!("{pointer}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn the_shapes_agree_with_the_model() {
+    assert!(
+        errors_of(&complete()).is_empty(),
+        "{:?}",
+        errors_of(&complete())
+    );
+    let statuses: Vec<&str> = crate::contract::ProviderStatus::ALL
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    assert_eq!(shape::PROVIDER_STATUSES, statuses);
+    let statuses: Vec<&str> = crate::contract::LayerStatus::ALL
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    assert_eq!(shape::LAYER_STATUSES, statuses);
+
+    // Any value replaced by one of another type is a problem at its own path, found by
+    // the shape check (typed parsing, the backstop, would say `invalid type`)...
+    let mut all = Vec::new();
+    leaves(&complete(), String::new(), &mut all);
+    for (pointer, value) in all.into_iter().skip(1) {
+        if pointer.contains("/metadata/") {
+            continue; // any value is allowed there
+        }
+        let other = match value {
+            Value::String(_) => json!(7),
+            _ => json!("text"),
+        };
+        let path = json_path_of(&pointer);
+        let errors = errors_of(&with(complete(), &pointer, other));
+        assert!(
+            errors
+                .iter()
+                .any(|(p, m)| *p == path && m.starts_with("must be")),
+            "{pointer}: {errors:?}"
+        );
+        assert!(
+            !errors.iter().any(|(_, m)| m.contains("invalid type")),
+            "{pointer}: {errors:?}"
+        );
+    }
+    // ...and an unknown key anywhere is one problem at its path.
+    let mut objects = Vec::new();
+    leaves(&complete(), String::new(), &mut objects);
+    for (pointer, value) in objects {
+        let Value::Object(_) = value else { continue };
+        if pointer.contains("/metadata") || pointer.ends_with("/inputs") {
+            continue;
+        }
+        let id_keyed = ["/providers", "/layers"]
+            .iter()
+            .any(|suffix| pointer.ends_with(suffix) && pointer.contains("/tests/"));
+        if id_keyed {
+            continue;
+        }
+        let errors = errors_of(&with(complete(), &format!("{pointer}/colour"), json!(1)));
+        assert_eq!(errors.len(), 1, "{pointer}: {errors:?}");
+        assert!(
+            errors[0].1.starts_with("unknown field `colour`"),
+            "{errors:?}"
+        );
+    }
+}
+
+#[test]
 fn deployment_details_are_refused() {
     let cases = [
         (
@@ -222,20 +487,7 @@ fn deployment_details_are_refused() {
         document.pointer_mut(parent).unwrap()[key] = value.clone();
         let errors = errors_of(&document);
         assert_eq!(errors.len(), 1, "{pointer}: {errors:?}");
-        let expected_path = format!(
-            "${}",
-            parent
-                .split('/')
-                .skip(1)
-                .map(|part| if part.chars().all(|c| c.is_ascii_digit()) {
-                    format!("[{part}]")
-                } else {
-                    format!(".{part}")
-                })
-                .collect::<String>()
-                + "."
-                + key
-        );
+        let expected_path = json_path_of(pointer);
         assert_eq!(errors[0].0, expected_path, "{pointer}");
         assert!(
             errors[0].1.contains(refusal::BELONGS_IN_BINDING),
@@ -430,4 +682,21 @@ fn unreadable_and_malformed_files_say_so() {
     let errors = Project::from_json("{\"id\": ").unwrap_err();
     assert!(errors.0[0].message.contains("not valid JSON"));
     assert!(errors.0[0].message.contains("line 1"));
+}
+
+#[test]
+fn ids_that_others_refer_to_are_declared_at_these_paths() {
+    for (path, declares) in [
+        ("$.providers", true),
+        ("$.layers[3]", true),
+        ("$.profiles[0].id", true),
+        ("$.project.layers[1].id", false),
+        ("$.layers[1].name", false),
+        ("$.layers[x]", false),
+        ("$.layersx", false),
+        ("$.tests[0].providers", false),
+    ] {
+        assert_eq!(declares_ids(path, "$"), declares, "{path}");
+    }
+    assert!(declares_ids("$.project.layers[1].id", "$.project"));
 }

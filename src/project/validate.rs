@@ -50,8 +50,18 @@ fn check_input_key(problems: &mut Problems, path: &str, key: &str) {
         );
     }
 }
-pub(super) fn validate(mut doc: ProjectDoc, root: &str) -> Result<Project, ProjectErrors> {
+/// Checks and normalizes a parsed document. `references` false: ids that other parts
+/// refer to could not all be read (the shape check replaced some), so a reference to an
+/// undeclared id is not reported.
+pub(super) fn validate(
+    mut doc: ProjectDoc,
+    root: &str,
+    references: bool,
+) -> Result<Project, ProjectErrors> {
     let mut problems = Problems::under(root);
+    if !references {
+        problems = problems.ignoring_references();
+    }
     problems.id("id", "project", &doc.id);
     if doc.version.trim().is_empty() {
         problems.add("version", "must not be empty");
@@ -257,7 +267,7 @@ fn layer_kind(
                         ),
                     ),
                     Some(index) => indexes.push(index),
-                    None => problems.add(
+                    None => problems.reference(
                         &path,
                         format!(
                             "binds undeclared provider {:?}: declare it under providers",
@@ -301,7 +311,7 @@ fn validate_profiles(
         let mut check_refs = |field: &str, list: &[String]| {
             for (k, layer_id) in list.iter().enumerate() {
                 if !layers.iter().any(|l| &l.id == layer_id) {
-                    problems.add(
+                    problems.reference(
                         &at(&format!("{field}[{k}]")),
                         format!("unknown layer {layer_id:?}"),
                     );
@@ -347,7 +357,7 @@ fn validate_test(
     if let Some(profile) = &request.profile
         && !doc.profiles.iter().any(|p| &p.id == profile)
     {
-        problems.add(
+        problems.reference(
             &at("request.profile"),
             format!("unknown profile {profile:?}"),
         );
@@ -361,7 +371,7 @@ fn validate_test(
     for (provider_id, fixture) in &test.providers {
         let path = at(&format!("providers.{provider_id}"));
         let Some(spec) = providers.iter().find(|p| &p.id == provider_id) else {
-            problems.add(
+            problems.reference(
                 &path,
                 format!("fixture for undeclared provider {provider_id:?}"),
             );
@@ -394,7 +404,7 @@ fn validate_test(
     }
     for layer_id in test.expect.layers.keys() {
         if !doc.layers.iter().any(|l| &l.id == layer_id) {
-            problems.add(
+            problems.reference(
                 &at(&format!("expect.layers.{layer_id}")),
                 format!("unknown layer {layer_id:?}"),
             );
@@ -402,7 +412,7 @@ fn validate_test(
     }
     for provider_id in test.expect.providers.keys() {
         if !providers.iter().any(|p| &p.id == provider_id) {
-            problems.add(
+            problems.reference(
                 &at(&format!("expect.providers.{provider_id}")),
                 format!("unknown provider {provider_id:?}"),
             );

@@ -14,7 +14,8 @@
 //! 4. a `Content-Length` over [`MAX_RESPONSE_BYTES`], refused before reading;
 //! 5. the body, streamed and cut off as soon as it exceeds the limit;
 //! 6. the secret anywhere in the body bytes, before parsing;
-//! 7. parsing: JSON shape, contract, then [`bounds::check_items`].
+//! 7. parsing: JSON shape, contract, then [`bounds::check_items`]; an answer with no
+//!    items is `NOT_FOUND`, as a 404 is (one meaning of "no record" for every provider).
 //!
 //! Neither the lookup value nor the secret ever appears in an outcome, an error or a
 //! log line: failures carry only a status and a fixed detail.
@@ -398,7 +399,7 @@ pub(crate) fn parse_lookup(bytes: &[u8], limit: u32) -> Outcome {
     {
         return failed(failure);
     }
-    let mut outcome = Outcome::items(response.items, response.currentness, LIVE);
+    let mut outcome = Outcome::answered(response.items, response.currentness, LIVE);
     outcome.version = response.version;
     outcome.revision = response.revision;
     outcome
@@ -594,14 +595,24 @@ mod tests {
             }]
         );
 
-        let empty = parse_lookup(&lookup_body(json!({"contract": CONTRACT, "items": []})), 2);
+        // No items: no record, as a 404 says it; the version the answer reports is kept.
+        let empty = parse_lookup(
+            &lookup_body(json!({"contract": CONTRACT, "items": [], "version": "5.0.1"})),
+            2,
+        );
         assert_eq!(
             (
                 empty.status(),
                 empty.items_found().len(),
-                empty.currentness()
+                empty.currentness(),
+                empty.version.as_deref()
             ),
-            (ProviderStatus::Ok, 0, Some(Currentness::Unknown))
+            (
+                ProviderStatus::NotFound,
+                0,
+                Some(Currentness::Unknown),
+                Some("5.0.1")
+            )
         );
 
         let github = format!("{}{}", "ghp_", "a".repeat(36));

@@ -25,7 +25,7 @@
 //! that interrupts SQLite once the deadline passes; removed after the statement, so a
 //! pooled connection never keeps an old deadline).
 //!
-//! Outcomes: rows → `OK` (zero rows → `OK` with no items), source `LIVE`, currentness
+//! Outcomes: rows → `OK`, zero rows → `NOT_FOUND` (no record), source `LIVE`, currentness
 //! `CURRENT` (the database is the system of record); the budget running out → `TIMEOUT`
 //! (`DEADLINE` inside SQLite, [`POOL_EXHAUSTED`] while waiting for a connection); a
 //! closed pool → `UNAVAILABLE` [`POOL_CLOSED`]; any other database failure (busy, file
@@ -42,16 +42,17 @@ use super::PoolSettings;
 use super::{LookupCall, bounds};
 use crate::contract::{Currentness, Item, Source};
 use crate::outcome::{Failure, Outcome, detail};
+use connection::{connect, harden, read_only_uri, reserve_heap};
 use deadpool_sqlite::{Config, Hook, HookError, Pool, PoolConfig, PoolError, Runtime};
-use rusqlite::config::DbConfig;
-use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::types::ValueRef;
-use rusqlite::{Connection, ErrorCode, OpenFlags, Row, Statement};
+use rusqlite::{Connection, ErrorCode, Row, Statement};
 use serde_json::{Map, Number, Value};
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant as StdInstant};
+
+mod connection;
 
 use detail::{DATABASE_ERROR, POOL_CLOSED};
 
@@ -60,38 +61,6 @@ use detail::{DATABASE_ERROR, POOL_CLOSED};
 const PROGRESS_STEPS: std::ffi::c_int = 1000;
 /// Bound on a readiness check and on the checks `open` runs.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Built-in functions a query may call: deterministic scalar, aggregate, window, JSON
-/// and math functions, plus the date and time functions (read-only; `'now'` reads the
-/// clock). Not allowed: `random`, `randomblob`, `changes`, `last_insert_rowid`,
-/// `load_extension`, `sqlite_*`, `fts3_tokenizer` and anything not listed.
-#[rustfmt::skip]
-const ALLOWED_FUNCTIONS: &[&str] = &[
-    // core scalar
-    "abs", "char", "coalesce", "concat", "concat_ws", "format", "glob", "hex", "if",
-    "ifnull", "iif", "instr", "length", "like", "likelihood", "likely", "lower", "ltrim",
-    "max", "min", "nullif", "octet_length", "printf", "quote", "replace", "round", "rtrim",
-    "sign", "soundex", "substr", "substring", "trim", "typeof", "unhex", "unicode",
-    "unistr", "unistr_quote", "unlikely", "upper", "zeroblob",
-    // aggregate
-    "avg", "count", "group_concat", "string_agg", "sum", "total",
-    // window
-    "row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile", "lag",
-    "lead", "first_value", "last_value", "nth_value",
-    // date and time
-    "date", "time", "datetime", "julianday", "unixepoch", "strftime", "timediff",
-    // JSON
-    "json", "jsonb", "json_array", "jsonb_array", "json_array_length", "json_extract",
-    "jsonb_extract", "json_insert", "jsonb_insert", "json_object", "jsonb_object",
-    "json_patch", "jsonb_patch", "json_quote", "json_remove", "jsonb_remove",
-    "json_replace", "jsonb_replace", "json_set", "jsonb_set", "json_type", "json_valid",
-    "json_group_array", "jsonb_group_array", "json_group_object", "jsonb_group_object",
-    "json_each", "json_tree", "json_pretty",
-    // math
-    "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "ceiling", "cos",
-    "cosh", "degrees", "exp", "floor", "ln", "log", "log10", "log2", "mod", "pi", "pow",
-    "power", "radians", "sin", "sinh", "sqrt", "tan", "tanh", "trunc",
-];
 
 /// A read-only SQLite provider. Cheap to clone: clones share the connection pool.
 #[derive(Clone)]
@@ -135,6 +104,47 @@ pub enum SqliteSetupError {
     Pool { path: PathBuf, reason: String },
 }
 
+impl SqliteSetupError {
+    /// The binding key the problem is about: `database` or `query`.
+    pub fn key(&self) -> &'static str {
+        match self {
+            SqliteSetupError::Missing { .. }
+            | SqliteSetupError::Unreadable { .. }
+            | SqliteSetupError::NotADatabase { .. }
+            | SqliteSetupError::Pool { .. } => "database",
+            SqliteSetupError::Query { .. }
+            | SqliteSetupError::Parameters { .. }
+            | SqliteSetupError::Columns { .. } => "query",
+        }
+    }
+
+    /// The message without the `database …:` or `query:` that [`SqliteSetupError::key`]
+    /// says: `/srv/orders.db: the file does not exist`.
+    pub fn reason(&self) -> String {
+        match self {
+            SqliteSetupError::Missing { path } => {
+                format!("{}: the file does not exist", path.display())
+            }
+            SqliteSetupError::Unreadable { path, reason } => {
+                format!("{}: cannot open it: {reason}", path.display())
+            }
+            SqliteSetupError::NotADatabase { path, reason } => {
+                format!("{}: not a SQLite database ({reason})", path.display())
+            }
+            SqliteSetupError::Pool { path, reason } => {
+                format!("{}: connection pool: {reason}", path.display())
+            }
+            SqliteSetupError::Query { reason } => {
+                format!("does not prepare as a read-only SELECT: {reason}")
+            }
+            SqliteSetupError::Parameters { found } => {
+                format!("must use ?1 as its only parameter ({found})")
+            }
+            SqliteSetupError::Columns { problem } => problem.clone(),
+        }
+    }
+}
+
 impl SqliteProvider {
     /// Opens a pool on an existing database file, read-only, and checks up front that
     /// the file opens and the query prepares with exactly one parameter (`?1`), is a
@@ -144,32 +154,11 @@ impl SqliteProvider {
         query: &str,
         pool: &PoolSettings,
     ) -> Result<SqliteProvider, SqliteSetupError> {
-        let path = std::path::absolute(database).map_err(|error| SqliteSetupError::Unreadable {
-            path: database.to_path_buf(),
-            reason: error.to_string(),
-        })?;
-        match std::fs::metadata(&path) {
-            Ok(metadata) if metadata.is_file() => {}
-            Ok(_) => {
-                return Err(SqliteSetupError::Unreadable {
-                    path,
-                    reason: "not a regular file".to_owned(),
-                });
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return Err(SqliteSetupError::Missing { path });
-            }
-            Err(error) => {
-                return Err(SqliteSetupError::Unreadable {
-                    path,
-                    reason: error.to_string(),
-                });
-            }
-        }
-
+        let path = existing_file(database)?;
         let uri: Arc<str> = read_only_uri(&path).into();
         let mut config = Config::new(uri.as_ref());
         config.pool = Some(PoolConfig::new(pool.max_size.max(1)));
+        reserve_heap(pool.max_size.max(1));
         let Ok(builder) = config.builder(Runtime::Tokio1);
         let hook_uri = uri.clone();
         let pool = builder
@@ -202,8 +191,10 @@ impl SqliteProvider {
 
     /// One lookup: binds the value as `?1`, reads at most `call.limit` rows (and never
     /// more than [`bounds::MAX_ITEMS`]), maps columns to items and applies the bounds and
-    /// secret checks. `TIMEOUT` when `call.deadline` passes.
+    /// secret checks. `TIMEOUT` when `call.deadline` passes. Dropping the future (the
+    /// turn was answered without it) stops the statement inside SQLite too.
     pub async fn lookup(&self, call: &LookupCall<'_>) -> Outcome {
+        let abandoned = AbandonOnDrop::default();
         let deadline = call.deadline;
         let conn = match tokio::time::timeout_at(deadline, self.inner.pool.get()).await {
             Err(_) => return failed(Failure::PoolExhausted),
@@ -225,9 +216,11 @@ impl SqliteProvider {
         let value = call.value.to_owned();
         let limit = usize::try_from(call.limit)
             .map_or(bounds::MAX_ITEMS, |limit| limit.min(bounds::MAX_ITEMS));
-        let sqlite_deadline = deadline.into_std();
-        let read =
-            conn.interact(move |conn| read_items(conn, &query, &value, limit, sqlite_deadline));
+        let stop = Stop {
+            deadline: deadline.into_std(),
+            abandoned: Arc::clone(&abandoned.0),
+        };
+        let read = conn.interact(move |conn| read_items(conn, &query, &value, limit, stop));
         let read = match tokio::time::timeout_at(deadline, read).await {
             Err(_) => return failed(Failure::Deadline),
             Ok(Err(_)) => {
@@ -260,7 +253,7 @@ impl SqliteProvider {
         if let Err(violation) = bounds::check_items(&items, call.limit) {
             return failed(violation.failure());
         }
-        Outcome::items(items, Currentness::Current, Source::Live)
+        Outcome::answered(items, Currentness::Current, Source::Live)
     }
 
     /// Readiness: the file is still there, a connection can be had and the query still
@@ -321,79 +314,89 @@ impl SqliteProvider {
     }
 }
 
+/// Sets its flag when dropped: when the lookup's future is dropped mid-statement, the
+/// progress handler sees it and interrupts SQLite, so an abandoned lookup neither runs
+/// on to its deadline nor holds its connection.
+#[derive(Default)]
+struct AbandonOnDrop(Arc<AtomicBool>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// When a statement must stop: its deadline, or its lookup abandoned.
+#[derive(Debug, Clone)]
+struct Stop {
+    deadline: StdInstant,
+    abandoned: Arc<AtomicBool>,
+}
+
+impl Stop {
+    #[cfg(test)]
+    fn at(deadline: StdInstant) -> Stop {
+        Stop {
+            deadline,
+            abandoned: Arc::default(),
+        }
+    }
+
+    fn now(&self) -> bool {
+        self.abandoned.load(Ordering::Relaxed) || StdInstant::now() >= self.deadline
+    }
+}
+
 fn failed(failure: Failure) -> Outcome {
     Outcome::failed(failure, Source::Live)
 }
 
-/// `file://<absolute path>?mode=ro`, every byte outside `[A-Za-z0-9/._~-]` percent-encoded
-/// (SQLite decodes `%HH` in URI paths; `?`, `#` and `%` would otherwise end or corrupt it).
-fn read_only_uri(absolute: &Path) -> String {
-    let mut uri = String::from("file://");
-    for &byte in absolute.as_os_str().as_encoded_bytes() {
-        if byte.is_ascii_alphanumeric() || b"/._~-".contains(&byte) {
-            uri.push(char::from(byte));
+/// The absolute path of `database`, if it is an existing regular file.
+fn existing_file(database: &Path) -> Result<PathBuf, SqliteSetupError> {
+    let path = std::path::absolute(database).map_err(|error| SqliteSetupError::Unreadable {
+        path: database.to_path_buf(),
+        reason: error.to_string(),
+    })?;
+    match std::fs::metadata(&path) {
+        Ok(metadata) if metadata.is_file() => Ok(path),
+        Ok(_) => Err(SqliteSetupError::Unreadable {
+            path,
+            reason: "not a regular file".to_owned(),
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            Err(SqliteSetupError::Missing { path })
+        }
+        Err(error) => Err(SqliteSetupError::Unreadable {
+            path,
+            reason: error.to_string(),
+        }),
+    }
+}
+
+/// The checks [`SqliteProvider::open`] runs, on one connection opened exactly as a pooled
+/// one and closed after, without a pool or a runtime: the file exists and is a database,
+/// and the query prepares read-only with `?1` as its only parameter and an `id` column.
+/// For `ctxd validate`, which must refuse what `serve` would.
+pub fn inspect(database: &Path, query: &str) -> Result<(), SqliteSetupError> {
+    let path = existing_file(database)?;
+    let conn = connect(&read_only_uri(&path)).map_err(|error| {
+        if error.sqlite_error_code() == Some(ErrorCode::NotADatabase) {
+            SqliteSetupError::NotADatabase {
+                path: path.clone(),
+                reason: error.to_string(),
+            }
         } else {
-            let _ = write!(uri, "%{byte:02X}");
+            SqliteSetupError::Unreadable {
+                path: path.clone(),
+                reason: error.to_string(),
+            }
         }
-    }
-    uri.push_str("?mode=ro");
-    uri
-}
-
-/// Opens the connection every lookup uses: read-only flags, `query_only`, defensive
-/// mode, then the authorizer (last: from then on not even a `PRAGMA` prepares).
-fn connect(uri: &str) -> rusqlite::Result<Connection> {
-    let conn = Connection::open_with_flags(
-        uri,
-        OpenFlags::SQLITE_OPEN_READ_ONLY
-            | OpenFlags::SQLITE_OPEN_URI
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    // Reads the header: a file that is not a database fails here, with NOTADB.
-    conn.query_row("PRAGMA schema_version", [], |row| row.get::<_, i64>(0))?;
-    conn.pragma_update(None, "query_only", true)?;
-    let query_only: bool = conn.pragma_query_value(None, "query_only", |row| row.get(0))?;
-    if !query_only {
-        return Err(rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
-            Some("PRAGMA query_only did not take effect".to_owned()),
-        ));
-    }
-    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true)?;
-    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_TRUSTED_SCHEMA, false)?;
-    conn.authorizer(Some(authorize))?;
-    Ok(conn)
-}
-
-/// The `post_create` hook's work: replaces the connection deadpool opened (default
-/// flags, `mode=ro` URI) with one from [`connect`].
-fn harden(conn: &mut Connection, uri: &str) -> rusqlite::Result<()> {
-    *conn = connect(uri)?;
-    Ok(())
-}
-
-/// The authorizer: a statement prepares only if every action in it is allowed.
-fn authorize(context: AuthContext<'_>) -> Authorization {
-    match context.action {
-        AuthAction::Select | AuthAction::Recursive => Authorization::Allow,
-        // `pragma_*` tables are PRAGMAs spelled as table-valued functions.
-        AuthAction::Read { table_name, .. } if is_pragma_table(table_name) => Authorization::Deny,
-        AuthAction::Read { .. } => Authorization::Allow,
-        AuthAction::Function { function_name }
-            if ALLOWED_FUNCTIONS
-                .iter()
-                .any(|allowed| allowed.eq_ignore_ascii_case(function_name)) =>
-        {
-            Authorization::Allow
-        }
-        _ => Authorization::Deny,
-    }
-}
-
-fn is_pragma_table(table_name: &str) -> bool {
-    table_name
-        .get(..7)
-        .is_some_and(|prefix| prefix.eq_ignore_ascii_case("pragma_"))
+    })?;
+    conn.busy_timeout(CHECK_TIMEOUT)
+        .map_err(|error| SqliteSetupError::Query {
+            reason: error.to_string(),
+        })?;
+    inspect_query(&conn, query)
 }
 
 /// The setup checks on the query, run on a pooled (hardened) connection.
@@ -476,6 +479,9 @@ fn sqlite_code(error: &rusqlite::Error) -> i32 {
 fn classify(error: &rusqlite::Error) -> Failure {
     match error.sqlite_error_code() {
         Some(ErrorCode::OperationInterrupted) => Failure::Deadline,
+        // A value over the connection's length bound, or the heap limit reached: the
+        // answer would be larger than ctxd reads.
+        Some(ErrorCode::TooBig | ErrorCode::OutOfMemory) => Failure::ResponseTooLarge,
         _ => Failure::DatabaseError,
     }
 }
@@ -502,22 +508,23 @@ fn too_large() -> ReadError {
     ReadError::Refused(Failure::ResponseTooLarge)
 }
 
-/// Runs the query under the deadline on a pooled connection and maps at most `limit`
-/// rows. Installs the progress handler and lock-wait bound for this statement only.
+/// Runs the query on a pooled connection until `stop` and maps at most `limit` rows.
+/// Installs the progress handler and lock-wait bound for this statement only.
 fn read_items(
     conn: &mut Connection,
     query: &str,
     value: &str,
     limit: usize,
-    deadline: StdInstant,
+    stop: Stop,
 ) -> Result<Vec<Item>, ReadError> {
-    let Some(remaining) = deadline.checked_duration_since(StdInstant::now()) else {
-        return Err(ReadError::Refused(Failure::Deadline));
+    let remaining = match stop.deadline.checked_duration_since(StdInstant::now()) {
+        Some(remaining) if !stop.now() => remaining,
+        _ => return Err(ReadError::Refused(Failure::Deadline)),
     };
     // Lock waits end with the budget (and never exceed the longest provider timeout:
     // `busy_timeout` panics on durations that overflow an i32 of milliseconds).
     conn.busy_timeout(remaining.min(Duration::from_millis(bounds::MAX_TIMEOUT_MS)))?;
-    conn.progress_handler(PROGRESS_STEPS, Some(move || StdInstant::now() >= deadline))?;
+    conn.progress_handler(PROGRESS_STEPS, Some(move || stop.now()))?;
     let read = read_rows(conn, query, value, limit);
     let reset = conn.progress_handler(PROGRESS_STEPS, None::<fn() -> bool>);
     let items = read?;
@@ -757,6 +764,7 @@ mod tests {
     use super::*;
     use crate::contract::ProviderStatus;
     use detail::POOL_EXHAUSTED;
+    use rusqlite::hooks::{AuthContext, Authorization};
     use tokio::time::Instant;
 
     fn github_token() -> String {
@@ -980,10 +988,11 @@ mod tests {
         assert_eq!(ids(&outcome), ["1", "2", "3"]);
         assert_eq!(lookup(&provider, "ten", 10).await.items_found().len(), 10);
         assert_eq!(lookup(&provider, "ten", 50).await.items_found().len(), 10);
+        // A limit of 0 (never asked by a Project: maxItems is at least 1) reads no row.
         let none = lookup(&provider, "ten", 0).await;
         assert_eq!(
             (none.status(), none.items_found().len()),
-            (ProviderStatus::Ok, 0)
+            (ProviderStatus::NotFound, 0)
         );
         // Never more than MAX_ITEMS, whatever was requested.
         let all = lookup(&provider, "all", u32::MAX).await;
@@ -992,15 +1001,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn zero_rows_are_ok_with_no_items() {
+    async fn zero_rows_are_not_found() {
         let dir = tempfile::tempdir().unwrap();
         let path = database(dir.path(), "CREATE TABLE t (id TEXT, k TEXT);");
         let provider = open(&path, "SELECT id FROM t WHERE k = ?1").await;
         let outcome = lookup(&provider, "nobody", 5).await;
-        assert_eq!(outcome.status(), ProviderStatus::Ok);
+        assert_eq!(outcome.status(), ProviderStatus::NotFound);
         assert_eq!(outcome.detail(), None);
         assert!(outcome.items_found().is_empty());
-        assert_eq!(outcome.currentness(), Some(Currentness::Current));
+        assert_eq!(outcome.source, Source::Live);
         assert!(!outcome.found_anything());
     }
 
@@ -1063,6 +1072,98 @@ mod tests {
             ProviderStatus::LimitExceeded,
             detail::RESPONSE_TOO_LARGE,
         );
+    }
+
+    #[tokio::test]
+    async fn values_over_the_length_bound_fail_inside_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(dir.path(), "CREATE TABLE unused (id TEXT);");
+        let too_large = |outcome: &Outcome| {
+            assert_failure(
+                outcome,
+                ProviderStatus::LimitExceeded,
+                detail::RESPONSE_TOO_LARGE,
+            )
+        };
+        // SQLite refuses to make a 200 MB blob at all (it used to build it, and its
+        // 400 MB hex, before the bounds applied).
+        for query in [
+            "SELECT 'x' AS id, hex(zeroblob(200000000)) AS content WHERE ?1 = ?1",
+            "SELECT 'x' AS id, length(zeroblob(200000000)) AS size WHERE ?1 = ?1",
+            // Aggregates stop at the bound too: 3000 values of 1000 bytes.
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000)
+             SELECT 'x' AS id, length(group_concat(printf('%.*c', 1000, 'x'), '')) AS size
+             FROM n WHERE ?1 = ?1",
+        ] {
+            let provider = open(&path, query).await;
+            too_large(&lookup(&provider, "a", 1).await);
+        }
+        // Within the length bound but over the response bound: read, then refused.
+        let provider = open(
+            &path,
+            "SELECT 'x' AS id, hex(zeroblob(600000)) AS content WHERE ?1 = ?1",
+        )
+        .await;
+        too_large(&lookup(&provider, "a", 1).await);
+        // Below both, values are untouched.
+        let provider = open(
+            &path,
+            "SELECT 'x' AS id, length(zeroblob(1000000)) AS size WHERE ?1 = ?1",
+        )
+        .await;
+        let outcome = lookup(&provider, "a", 1).await;
+        assert_eq!(outcome.items_found()[0].metadata["size"], 1_000_000);
+
+        let conn = connect(&read_only_uri(&path)).unwrap();
+        assert_eq!(
+            conn.limit(rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH)
+                .unwrap(),
+            connection::MAX_VALUE_BYTES
+        );
+    }
+
+    #[tokio::test]
+    async fn every_provider_connection_raises_the_process_heap_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database(dir.path(), "CREATE TABLE t (id TEXT, k TEXT);");
+        let settings = PoolSettings {
+            max_size: 3,
+            ..PoolSettings::default()
+        };
+        let _provider = SqliteProvider::open(&path, "SELECT id FROM t WHERE k = ?1", &settings)
+            .await
+            .unwrap();
+        // Read on a plain connection: a hardened one refuses every PRAGMA.
+        let conn = Connection::open_in_memory().unwrap();
+        let limit: i64 = conn
+            .pragma_query_value(None, "hard_heap_limit", |row| row.get(0))
+            .unwrap();
+        // Other tests of this process open providers too: at least this one's share.
+        assert!(
+            limit >= (64 << 20) + 3 * connection::HEAP_PER_CONNECTION,
+            "{limit}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_lookup_stops_inside_sqlite_and_frees_its_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let provider = counting_on_one_connection(dir.path()).await;
+        // A long statement with a distant deadline, on the only connection...
+        let busy = provider.clone();
+        let slow = tokio::spawn(async move {
+            busy.lookup(&call("100000000000", 1, Duration::from_secs(60)))
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // ...is abandoned, as when its turn is answered without it.
+        slow.abort();
+        assert!(slow.await.unwrap_err().is_cancelled());
+        // The connection comes back long before that deadline: the statement stopped.
+        let outcome = provider
+            .lookup(&call("10", 1, Duration::from_secs(20)))
+            .await;
+        assert_eq!(outcome.items_found()[0].id, "n10", "{outcome:?}");
     }
 
     fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
@@ -1352,17 +1453,23 @@ mod tests {
     const COUNTING: &str = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < CAST(?1 AS INTEGER))
          SELECT 'n' || max(x) AS id FROM c";
 
-    #[tokio::test]
-    async fn the_time_budget_is_enforced_inside_sqlite() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = database(dir.path(), "CREATE TABLE unused (id TEXT);");
+    /// A provider running [`COUNTING`] on a pool of one connection, over a database in
+    /// `dir`.
+    async fn counting_on_one_connection(dir: &Path) -> SqliteProvider {
+        let path = database(dir, "CREATE TABLE unused (id TEXT);");
         let settings = PoolSettings {
             max_size: 1,
             ..PoolSettings::default()
         };
-        let provider = SqliteProvider::open(&path, COUNTING, &settings)
+        SqliteProvider::open(&path, COUNTING, &settings)
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_time_budget_is_enforced_inside_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let provider = counting_on_one_connection(dir.path()).await;
         let budget = Duration::from_millis(200);
         let started = std::time::Instant::now();
         let outcome = provider.lookup(&call("1000000000", 5, budget)).await;
@@ -1381,7 +1488,8 @@ mod tests {
         let path = database(dir.path(), "CREATE TABLE unused (id TEXT);");
         let mut conn = connect(&read_only_uri(&path)).unwrap();
         let deadline = StdInstant::now() + Duration::from_millis(50);
-        let error = read_items(&mut conn, COUNTING, "1000000000", 1, deadline).unwrap_err();
+        let error =
+            read_items(&mut conn, COUNTING, "1000000000", 1, Stop::at(deadline)).unwrap_err();
         let ReadError::Sqlite(error) = error else {
             panic!("{error:?}")
         };
@@ -1401,7 +1509,7 @@ mod tests {
         // A deadline already past never reaches SQLite.
         let past = StdInstant::now() - Duration::from_millis(1);
         assert!(matches!(
-            read_items(&mut conn, COUNTING, "1", 1, past),
+            read_items(&mut conn, COUNTING, "1", 1, Stop::at(past)),
             Err(ReadError::Refused(failure)) if failure.status() == ProviderStatus::Timeout
         ));
     }
@@ -1409,14 +1517,7 @@ mod tests {
     #[tokio::test]
     async fn waiting_for_a_connection_is_bounded_by_the_budget() {
         let dir = tempfile::tempdir().unwrap();
-        let path = database(dir.path(), "CREATE TABLE unused (id TEXT);");
-        let settings = PoolSettings {
-            max_size: 1,
-            ..PoolSettings::default()
-        };
-        let provider = SqliteProvider::open(&path, COUNTING, &settings)
-            .await
-            .unwrap();
+        let provider = counting_on_one_connection(dir.path()).await;
         let busy = provider.clone();
         let slow = tokio::spawn(async move {
             busy.lookup(&call("1000000000", 1, Duration::from_millis(600)))
@@ -1465,7 +1566,10 @@ mod tests {
     #[tokio::test]
     async fn a_closed_provider_answers_unavailable() {
         let dir = tempfile::tempdir().unwrap();
-        let path = database(dir.path(), "CREATE TABLE t (id TEXT, k TEXT);");
+        let path = database(
+            dir.path(),
+            "CREATE TABLE t (id TEXT, k TEXT); INSERT INTO t VALUES ('R-1', 'a');",
+        );
         let provider = open(&path, "SELECT id FROM t WHERE k = ?1").await;
         let clone = provider.clone();
         assert_eq!(lookup(&provider, "a", 1).await.status(), ProviderStatus::Ok);
@@ -1485,7 +1589,10 @@ mod tests {
     #[test]
     fn closing_or_dropping_outside_a_runtime_does_not_panic() {
         let dir = tempfile::tempdir().unwrap();
-        let path = database(dir.path(), "CREATE TABLE t (id TEXT, k TEXT);");
+        let path = database(
+            dir.path(),
+            "CREATE TABLE t (id TEXT, k TEXT); INSERT INTO t VALUES ('R-1', 'a');",
+        );
         let query = "SELECT id FROM t WHERE k = ?1";
         let runtime = || {
             tokio::runtime::Builder::new_current_thread()
@@ -1582,7 +1689,7 @@ mod tests {
         let started = std::time::Instant::now();
         for _ in 0..N {
             let deadline = StdInstant::now() + Duration::from_secs(1);
-            let items = read_items(&mut direct, query, "CUST-1042", 5, deadline);
+            let items = read_items(&mut direct, query, "CUST-1042", 5, Stop::at(deadline));
             assert_eq!(items.unwrap().len(), 2);
         }
         let query_only = started.elapsed() / N;

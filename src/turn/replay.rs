@@ -513,11 +513,9 @@ fn retained_items(record: &ProviderRecord, retained: &HashMap<String, Item>) -> 
 
 /// Equality of two digests in time independent of where they differ.
 fn same_digest(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+    // `subtle` compares lengths first (not secret: every digest has the same length),
+    // then every byte without an early exit.
+    bool::from(subtle::ConstantTimeEq::ct_eq(a.as_bytes(), b.as_bytes()))
 }
 
 #[cfg(test)]

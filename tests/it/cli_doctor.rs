@@ -169,15 +169,22 @@ async fn a_missing_secret_env_var_fails_naming_tenant_and_provider() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_database_file_fails_naming_tenant_and_provider() {
-    let binding = "revision = \"r1\"\n[providers.orders]\ntype = \"sqlite\"\ndatabase = \"missing.db\"\nquery = \"SELECT id FROM orders WHERE customer_id = ?1\"\nversion = \"v1\"\n";
-    let deployment = Deployment::new(&[TenantSpec::new(
+/// A deployment whose project requires `orders`, a SQLite provider on `database`.
+fn sqlite_deployment(database: &str) -> Deployment {
+    let binding = format!(
+        "revision = \"r1\"\n[providers.orders]\ntype = \"sqlite\"\ndatabase = {database:?}\nquery = \"SELECT id FROM orders WHERE customer_id = ?1\"\nversion = \"v1\"\n"
+    );
+    Deployment::new(&[TenantSpec::new(
         "acme",
         "acme-doctor-key",
         project(&["orders"]),
-        binding.to_owned(),
-    )]);
+        binding,
+    )])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_database_file_fails_naming_tenant_and_provider() {
+    let deployment = sqlite_deployment("missing.db");
     let output = doctor(&deployment.config, None).await;
     assert_fails_with(
         &output,
@@ -190,6 +197,21 @@ async fn a_missing_database_file_fails_naming_tenant_and_provider() {
     // Doctor opens read-only: it never creates the file.
     let folder = deployment.config.parent().unwrap();
     assert!(!folder.join("missing.db").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_store_as_a_provider_database_fails() {
+    // The test deployment's trace store is `data/traces.db` beside its config.
+    let deployment = sqlite_deployment("data/traces.db");
+    let output = doctor(&deployment.config, None).await;
+    assert_fails_with(
+        &output,
+        &[
+            "tenant acme, provider orders (sqlite)",
+            "providers.orders.database: ",
+            "traces.db is the trace store of",
+        ],
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -163,11 +163,11 @@ async fn labels_left_out_stay_unknown() {
 }
 
 #[tokio::test]
-async fn zero_items_is_ok_with_no_items() {
+async fn zero_items_is_not_found_as_a_404_is() {
     let (outcome, _server) = lookup_against(ProviderServer::new().lookup_items(vec![])).await;
     assert_eq!(
         (outcome.status(), outcome.detail()),
-        (ProviderStatus::Ok, None)
+        (ProviderStatus::NotFound, None)
     );
     assert!(outcome.items_found().is_empty());
     assert!(!outcome.found_anything());

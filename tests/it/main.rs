@@ -16,6 +16,7 @@ mod provider_server;
 mod readme_demo;
 mod serve;
 mod server;
+mod sqlite_bounds;
 mod sqlite_provider;
 mod support;
 mod writing_a_provider;
