@@ -200,8 +200,20 @@ fn preview_escapes_control_characters_of_fixtures() {
     // Escaped here, or already normalised in the rendered text: never raw.
     assert!(text.contains("Gold customer"), "{text}");
     assert!(!text.contains('\u{1b}') && !text.contains('\u{2028}') && !text.contains('\r'));
+    // A carriage return in content is a line break of the data, inside its fence;
+    // outside the rendered block no fixture text starts a line.
+    let (report, rendered) = text
+        .split_once("----- rendered context -----")
+        .expect("the rendered block is printed");
     assert!(
-        !text.lines().any(|l| l.starts_with("tenant alpha")),
+        !report.lines().any(|l| l.starts_with("tenant alpha") || l.starts_with("BLOCKED")),
         "{text}"
     );
+    let fenced = rendered
+        .split("<<<ctxd-data")
+        .nth(1)
+        .and_then(|data| data.split("<<<end ctxd-data").next())
+        .expect("the item is fenced");
+    assert!(fenced.contains("\ntenant alpha"), "{text}");
+    assert!(fenced.contains("title: Gold BLOCKED"), "the separator is a space: {text}");
 }
