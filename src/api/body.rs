@@ -145,23 +145,24 @@ fn shortened(text: &str) -> String {
     }
 }
 
-/// A serde message with every backquoted name (`unknown field `…``) shortened.
+/// A serde message with the caller's key shortened: `unknown field `…`, expected …`
+/// and `duplicate field `…`` quote it, and it may itself hold backquotes, so the name
+/// is everything between the prefix and serde's own tail. Any other message is ctxd's
+/// own words and the names of its fields, cut only as a last resort.
 fn shortened_names(message: &str) -> String {
-    let mut out = String::with_capacity(message.len().min(512));
-    let mut parts = message.split('`');
-    if let Some(first) = parts.next() {
-        out.push_str(first);
-    }
-    for (i, part) in parts.enumerate() {
-        out.push('`');
-        // Odd parts (0-based after the first) sit between a pair of backquotes.
-        if i % 2 == 0 {
-            out.push_str(&shortened(part));
-        } else {
-            out.push_str(part);
+    for prefix in ["unknown field `", "duplicate field `"] {
+        if let Some(rest) = message.strip_prefix(prefix) {
+            let (name, tail) = match rest.rfind("`, expected") {
+                Some(end) => (&rest[..end], &rest[end..]),
+                None => (rest.strip_suffix('`').unwrap_or(rest), "`"),
+            };
+            return format!("{prefix}{}{tail}", shortened(name));
         }
     }
-    out
+    match message.char_indices().nth(4 * MAX_NAME_CHARS) {
+        Some((end, _)) => format!("{}…", &message[..end]),
+        None => message.to_owned(),
+    }
 }
 
 /// The kind of a value as serde's `Unexpected` prints it, without the value.
@@ -209,6 +210,15 @@ mod tests {
         assert!(message.len() < 400, "{} bytes: {message}", message.len());
         assert!(message.contains("unknown field `maxByte{"), "{message}");
         assert!(message.contains("expected `maxBytes`"), "{message}");
+        // A key holding backquotes is still one name, shortened whole.
+        let key = format!("a`b{}", "`[".repeat(500));
+        let body = format!(r#"{{"project": "p", "{key}": 1}}"#);
+        let Err(ApiError::BadRequest { message, .. }) =
+            parse_body::<crate::contract::TurnRequest>(body.as_bytes(), "turn request")
+        else {
+            panic!("an unknown key is refused");
+        };
+        assert!(message.len() < 400, "{} bytes: {message}", message.len());
     }
 
     #[test]

@@ -206,7 +206,9 @@ fn preview_escapes_control_characters_of_fixtures() {
         .split_once("----- rendered context -----")
         .expect("the rendered block is printed");
     assert!(
-        !report.lines().any(|l| l.starts_with("tenant alpha") || l.starts_with("BLOCKED")),
+        !report
+            .lines()
+            .any(|l| l.starts_with("tenant alpha") || l.starts_with("BLOCKED")),
         "{text}"
     );
     let fenced = rendered
@@ -215,5 +217,8 @@ fn preview_escapes_control_characters_of_fixtures() {
         .and_then(|data| data.split("<<<end ctxd-data").next())
         .expect("the item is fenced");
     assert!(fenced.contains("\ntenant alpha"), "{text}");
-    assert!(fenced.contains("title: Gold BLOCKED"), "the separator is a space: {text}");
+    assert!(
+        fenced.contains("title: Gold BLOCKED"),
+        "the separator is a space: {text}"
+    );
 }
