@@ -127,6 +127,7 @@ impl Conformance {
     fn judgement(&mut self, rule: &'static str, judgement: Judgement) {
         match judgement {
             Judgement::Pass(detail) => self.push(rule, Verdict::Pass, detail),
+            Judgement::Warn(detail) => self.push(rule, Verdict::Warn, detail),
             Judgement::Fail(detail) => self.push(rule, Verdict::Fail, detail),
             Judgement::Skip(detail) => self.push(rule, Verdict::Skip, detail),
         }
@@ -317,7 +318,7 @@ async fn check(target: &Target) -> anyhow::Result<Conformance> {
         first => report.judged("lookup", first.map(|(_, detail)| detail)),
     }
     report.judgement("limit-honoured", limit_rule(&limited, &lookup, first_items));
-    report.judged("not-found", not_found_rule(&absent, &absent_value));
+    report.judgement("not-found", not_found_rule(&absent, &absent_value));
 
     let exchanges = [&describe, &lookup, &limited, &absent];
     report.judgement("no-redirects", redirect_rule(&exchanges));
@@ -339,6 +340,8 @@ async fn check(target: &Target) -> anyhow::Result<Conformance> {
 /// A rule that may not be judgeable.
 enum Judgement {
     Pass(String),
+    /// Meets the contract as ctxd reads it, in a way the author may not expect.
+    Warn(String),
     Fail(String),
     Skip(String),
 }
@@ -696,27 +699,28 @@ fn limit_rule(limited: &Exchange, first: &Exchange, first_items: Option<usize>) 
     }
 }
 
-/// A value that cannot exist answers 404.
-fn not_found_rule(absent: &Exchange, value: &str) -> Result<String, String> {
-    let answer = absent
-        .answer
-        .as_ref()
-        .map_err(|e| format!("{}: {e}", absent.label))?;
+/// A value that cannot exist answers 404. A 200 with zero items is read the same way
+/// (`NOT_FOUND`), so it is a warning: the contract's spelling is 404.
+fn not_found_rule(absent: &Exchange, value: &str) -> Judgement {
+    let answer = match absent.answer.as_ref() {
+        Ok(answer) => answer,
+        Err(e) => return Judgement::Fail(format!("{}: {e}", absent.label)),
+    };
     match answer.status {
-        404 => Ok(format!(
+        404 => Judgement::Pass(format!(
             "a lookup of {value}, which has no record, answered 404"
         )),
         200 => match parse_lookup(absent.label, answer) {
-            Ok(response) if response.items.is_empty() => Err(format!(
-                "a lookup of {value}, which has no record, answered 200 with zero items: the contract says 404 means no record, answer 404"
+            Ok(response) if response.items.is_empty() => Judgement::Warn(format!(
+                "a lookup of {value}, which has no record, answered 200 with zero items: ctxd reads it as NOT_FOUND like a 404, but the contract says 404 means no record"
             )),
-            Ok(response) => Err(format!(
+            Ok(response) => Judgement::Fail(format!(
                 "a lookup of {value}, which has no record, answered 200 with {}: answer 404 when there is no record",
                 items(response.items.len())
             )),
-            Err(problem) => Err(format!("{problem}; expected 404")),
+            Err(problem) => Judgement::Fail(format!("{problem}; expected 404")),
         },
-        status => Err(status_problem(absent.label, status, 404)),
+        status => Judgement::Fail(status_problem(absent.label, status, 404)),
     }
 }
 
@@ -918,14 +922,21 @@ mod tests {
     }
 
     #[test]
-    fn not_found_wants_404_not_an_empty_200() {
-        assert!(not_found_rule(&answer(404, Value::Null), "v").is_ok());
+    fn not_found_wants_404_and_warns_about_an_empty_200() {
+        assert!(matches!(
+            not_found_rule(&answer(404, Value::Null), "v"),
+            Judgement::Pass(_)
+        ));
         let empty = answer(200, serde_json::json!({"contract": CONTRACT, "items": []}));
-        assert!(
-            not_found_rule(&empty, "v")
-                .unwrap_err()
-                .contains("zero items")
+        assert!(matches!(
+            not_found_rule(&empty, "v"),
+            Judgement::Warn(detail) if detail.contains("zero items") && detail.contains("NOT_FOUND")
+        ));
+        let some = answer(
+            200,
+            serde_json::json!({"contract": CONTRACT, "items": [{"id": "x"}]}),
         );
+        assert!(matches!(not_found_rule(&some, "v"), Judgement::Fail(_)));
     }
 
     #[test]
