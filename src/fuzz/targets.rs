@@ -103,8 +103,8 @@ fn string_values(value: &serde_json::Value, out: &mut Vec<String>) {
     }
 }
 
-/// A Project: every error has a `$` path; an accepted Project's Build loads back with
-/// the same digest.
+/// A Project: every error has a `$` path and shows nothing the secret scanner flags; an
+/// accepted Project's Build loads back with the same digest.
 fn project(input: &[u8]) -> Result<(), String> {
     let Some(text) = text(input) else {
         return Ok(());
@@ -123,10 +123,16 @@ fn project(input: &[u8]) -> Result<(), String> {
             if errors.0.is_empty() {
                 return Err("refused with no problem".to_owned());
             }
-            match errors.0.iter().find(|p| !p.path.starts_with('$')) {
-                Some(problem) => Err(format!("a problem without a JSON path: {problem:?}")),
-                None => Ok(()),
+            if let Some(problem) = errors.0.iter().find(|p| !p.path.starts_with('$')) {
+                return Err(format!("a problem without a JSON path: {problem:?}"));
             }
+            config_lines(
+                errors
+                    .0
+                    .iter()
+                    .map(|p| format!("{}: {}", p.path, p.message))
+                    .collect(),
+            )
         }
     }
 }
@@ -294,6 +300,7 @@ pub(crate) fn targets() -> Vec<Target> {
                 "requiresInput", "scope", "objectives", "consumers", "currentness", "handles",
                 "profiles", "include", "exclude", "tests", "request", "expect", "fixtures",
                 "endpoint", "url", "secret", "token", "database", "^(a+)+$", "[", "(?P<",
+                PLANTED_SECRETS[0], PLANTED_SECRETS[1],
             ],
             json: true,
             max_len: 128 * 1024,

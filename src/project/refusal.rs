@@ -75,7 +75,9 @@ fn walk(value: &mut Value, path: &str, position: Position, found: &mut Vec<Probl
                     continue;
                 }
                 if let Some(detector) = secrets::scan(&key) {
-                    found.push(secret_refusal(&child_path, detector.name()));
+                    // The key is the secret: its path names where it is, not the key.
+                    let withheld = format!("{path}.<key withheld>");
+                    found.push(secret_refusal(&withheld, detector.name()));
                     map.shift_remove(&key);
                     continue;
                 }
@@ -228,6 +230,21 @@ mod tests {
 
     fn paths(document: &Value) -> Vec<String> {
         scan(document, "$").into_iter().map(|e| e.path).collect()
+    }
+
+    #[test]
+    fn a_key_that_is_a_secret_is_refused_without_being_repeated() {
+        let token = format!("{}{}", "ghp_", "a".repeat(36));
+        let document = json!({"id": "p", "layers": [{"id": "l", "scope": {token.clone(): 1}}]});
+        let problems = scan(&document, "$");
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        let shown = format!("{}: {}", problems[0].path, problems[0].message);
+        assert!(!shown.contains(&token), "{shown}");
+        assert!(
+            shown.starts_with("$.layers[0].scope.<key withheld>"),
+            "{shown}"
+        );
+        assert!(shown.contains("github_token"), "{shown}");
     }
 
     #[test]
