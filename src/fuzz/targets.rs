@@ -81,24 +81,49 @@ fn turn_request(input: &[u8]) -> Result<(), String> {
     if message.len() > 1024 {
         return Err(format!("a {}-byte error message", message.len()));
     }
-    let mut values = Vec::new();
+    let (mut values, mut names) = (Vec::new(), Vec::new());
     if let Ok(document) = serde_json::from_slice::<serde_json::Value>(input) {
-        string_values(&document, &mut values);
+        strings_of(&document, &mut values, &mut names);
     }
-    match values
-        .iter()
-        .find(|v| v.len() >= 8 && message.contains(v.as_str()))
-    {
+    // A value that is also a name — a key of the body, or a field of the API — may be
+    // named; what must never show is a value as a value.
+    let repeated = values.iter().find(|v| {
+        v.len() >= 8
+            && message.contains(v.as_str())
+            && !names.contains(v)
+            && !TURN_FIELDS.contains(&v.as_str())
+    });
+    match repeated {
         Some(value) => Err(format!("the message repeats a {}-byte value", value.len())),
         None => Ok(()),
     }
 }
 
-fn string_values(value: &serde_json::Value, out: &mut Vec<String>) {
+/// The turn request's own field names.
+const TURN_FIELDS: &[&str] = &[
+    "project",
+    "profile",
+    "objective",
+    "consumer",
+    "inputs",
+    "budget",
+    "maxBytes",
+    "deadlineMs",
+];
+
+/// Every string value and every key of a JSON document.
+fn strings_of(value: &serde_json::Value, values: &mut Vec<String>, names: &mut Vec<String>) {
     match value {
-        serde_json::Value::String(s) => out.push(s.clone()),
-        serde_json::Value::Array(items) => items.iter().for_each(|v| string_values(v, out)),
-        serde_json::Value::Object(map) => map.values().for_each(|v| string_values(v, out)),
+        serde_json::Value::String(s) => values.push(s.clone()),
+        serde_json::Value::Array(items) => {
+            items.iter().for_each(|v| strings_of(v, values, names));
+        }
+        serde_json::Value::Object(map) => {
+            for (key, v) in map {
+                names.push(key.clone());
+                strings_of(v, values, names);
+            }
+        }
         _ => {}
     }
 }
