@@ -9,7 +9,7 @@ use ctxd::gate::{self, GateRequest, Invocation};
 use ctxd::kernel::{self, NoHandles, Rendering};
 use ctxd::outcome::{Call, CallFacts, Outcome};
 use ctxd::project::Project;
-use ctxd::providers::bounds::check_items;
+use ctxd::providers::bounds::check_items_refusing;
 use ctxd::providers::secrets;
 use ctxd::trace::DigestKey;
 use ctxd::trace::record::TurnTrace;
@@ -97,7 +97,7 @@ fn benches(c: &mut Criterion) {
 
     let large = items(100, 4_000);
     c.bench_function("bounds/check_items 100 items x 4 KB", |b| {
-        b.iter(|| check_items(black_box(&large), 100))
+        b.iter(|| check_items_refusing(black_box(&large), 100))
     });
     c.bench_function("digest/canonical item fingerprint", |b| {
         b.iter(|| ctxd::digest::canonical_digest(black_box(&large[0])))

@@ -100,6 +100,8 @@ fn provider_record(
         status,
         detail: (status == ProviderStatus::Timeout).then(|| "DEADLINE".to_owned()),
         source: Some(Source::Live),
+        age_ms: None,
+        redactions: Default::default(),
         retention: RetentionRecord {
             policy: retention.to_owned(),
             ttl_ms: 7 * 24 * 3_600_000,

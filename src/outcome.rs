@@ -3,7 +3,7 @@
 //! or a typed [`Failure`] — never items beside a failure. A [`Call`] carries
 //! one invocation of a turn's plan with its outcome and the facts provenance needs.
 
-use crate::contract::{Currentness, Item, ProviderStatus, Source, VersionSource};
+use crate::contract::{Currentness, Item, ProviderStatus, RedactionCounts, Source, VersionSource};
 use crate::digest::canonical_digest;
 use crate::gate::Invocation;
 use std::time::{Duration, SystemTime};
@@ -240,6 +240,9 @@ pub struct Outcome {
     /// The upstream revision the answer reports.
     pub revision: Option<String>,
     pub source: Source,
+    /// Secrets replaced in the items under `secrets = "redact"`, by kind: the answer is
+    /// kept, and the turn's answer and trace say what was taken out of it.
+    pub(crate) redactions: RedactionCounts,
 }
 
 impl Outcome {
@@ -291,7 +294,14 @@ impl Outcome {
             version: None,
             revision: None,
             source,
+            redactions: RedactionCounts::new(),
         }
+    }
+
+    /// The outcome with the counts of the secrets its items had redacted.
+    pub(crate) fn with_redactions(mut self, redactions: RedactionCounts) -> Self {
+        self.redactions = redactions;
+        self
     }
 
     pub fn status(&self) -> ProviderStatus {
@@ -351,7 +361,12 @@ pub struct CallFacts {
     /// How long the call took; `None` when it is not timed (Context Tests and Preview,
     /// whose output must not vary from run to run).
     pub duration: Option<Duration>,
+    /// When the provider gave the answer: for an answer from the response cache, when it
+    /// was fetched, not when the turn got it.
     pub(crate) observed_at: SystemTime,
+    /// How old the answer was when the turn got it; set only for an answer from the
+    /// response cache (source `CACHE`).
+    pub age: Option<Duration>,
 }
 
 impl CallFacts {
@@ -361,6 +376,7 @@ impl CallFacts {
             version_source: outcome.version.is_some().then_some(VersionSource::Response),
             duration: None,
             observed_at: SystemTime::now(),
+            age: None,
         }
     }
 }

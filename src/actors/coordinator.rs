@@ -16,7 +16,7 @@
 //! limit in the API bounds how many run.
 
 use super::provider::Refusal;
-use super::topology::{Mode, ProjectRuntime, Registry, TenantRuntime};
+use super::topology::{Mode, ProjectRuntime, ProviderHandle, Registry, TenantRuntime};
 use crate::config::{DEFAULT_RETENTION_TTL, Retention};
 use crate::contract::HandleRef;
 use crate::contract::{Item, Source, TurnRequest, TurnResponse, VersionSource};
@@ -26,10 +26,12 @@ use crate::handles::store::new_id;
 use crate::handles::{self, HandleMaterial, HandleStore, item_bytes};
 use crate::kernel::{self, HandleSink, Rendering};
 use crate::outcome::{CallFacts, Failure, Outcome};
-use crate::project::{MAX_BUDGET_BYTES, MIN_BUDGET_BYTES};
+use crate::project::{CurrentnessRule, LayerKind, MAX_BUDGET_BYTES, MIN_BUDGET_BYTES};
 use crate::providers::LookupCall;
 use crate::providers::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
+use crate::providers::redact::redacted;
 use crate::resilience::breaker::{CallResult, classify};
+use crate::resilience::cache::{KeptAnswer, ProviderCache};
 use crate::telemetry::metrics;
 use crate::turn::{self, Ask, OutcomeSource, ProviderTraceSettings, TurnFacts, UnknownProfile};
 use actix::prelude::*;
@@ -310,26 +312,36 @@ impl OutcomeSource for ServedProviders<'_> {
 
     async fn answer(&self, invocation: &Invocation) -> Result<(Outcome, CallFacts), Infallible> {
         let started = Instant::now();
-        let (outcome, version_source) = match self.mode {
+        let served = match self.mode {
             Mode::Fixtures => {
                 let fixture = fixture_by_value(&self.runtime.project, invocation);
                 let outcome = fixture_answer(fixture, invocation.limit);
                 let source = outcome.version.is_some().then_some(VersionSource::Response);
-                (outcome, source)
+                Served::now(outcome, source)
             }
-            Mode::Live => {
-                let call = invoke_live(self.runtime, invocation, self.turn_deadline);
-                match tokio::time::timeout_at(self.turn_deadline + DEADLINE_GRACE, call).await {
-                    Ok(invoked) => invoked,
-                    Err(_) => (Outcome::failed(Failure::Deadline, Source::Live), None),
-                }
-            }
+            Mode::Live => match self.runtime.providers.get(&invocation.provider_id) {
+                // Gating only plans bound providers.
+                None => Served::now(Outcome::failed(Failure::NotBound, Source::Live), None),
+                Some(handle) => match &handle.cache {
+                    Some(cache) => self.answer_cached(handle, cache, invocation, started).await,
+                    None => {
+                        let call = invoke_live(handle, invocation, Some(self.turn_deadline));
+                        let grace = self.turn_deadline + DEADLINE_GRACE;
+                        match tokio::time::timeout_at(grace, call).await {
+                            Ok((outcome, source)) => Served::now(outcome, source),
+                            Err(_) => Served::timed_out(),
+                        }
+                    }
+                },
+            },
         };
         let facts = CallFacts {
-            version_source,
+            version_source: served.version_source,
             duration: Some(started.elapsed()),
-            observed_at: SystemTime::now(),
+            observed_at: served.observed_at.unwrap_or_else(SystemTime::now),
+            age: served.age,
         };
+        let outcome = served.outcome;
         metrics::ProviderCallFinished {
             tenant: self.tenant,
             provider: &invocation.provider_id,
@@ -342,16 +354,105 @@ impl OutcomeSource for ServedProviders<'_> {
     }
 }
 
+impl ServedProviders<'_> {
+    /// An invocation of a cached provider: a kept answer young enough for every layer
+    /// the provider serves (source `CACHE`, with its age), else one upstream call shared
+    /// by every turn asking the same while it runs. The call runs in a task of its own,
+    /// bounded by the provider's timeout only, so that this turn's deadline ends this
+    /// turn's wait (`TIMEOUT`) and not the call the other turns wait for.
+    async fn answer_cached(
+        &self,
+        handle: &ProviderHandle,
+        cache: &ProviderCache,
+        invocation: &Invocation,
+        asked: Instant,
+    ) -> Served {
+        let key = cache.key(&invocation.key, &invocation.value, invocation.limit);
+        let max_age = self
+            .serves_required_layer(invocation.provider)
+            .then(|| cache.required_max_age());
+        if let Some(kept) = cache.kept(&key, max_age).await {
+            return Served::from_cache(&kept, asked);
+        }
+        if max_age.is_some() {
+            // Too old for a required layer: the fresh answer replaces it for everyone.
+            cache.forget(&key).await;
+        }
+        let (cache, handle, invocation) = (cache.clone(), handle.clone(), invocation.clone());
+        let fetch = actix_rt::spawn(async move {
+            let call = invoke_live(&handle, &invocation, None);
+            cache.fetch(key, call).await
+        });
+        match tokio::time::timeout_at(self.turn_deadline, fetch).await {
+            Ok(Ok(fetched)) => Served::from_cache(&fetched, asked),
+            Ok(Err(failed)) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+            // Cancelled: the worker is stopping.
+            Ok(Err(_)) | Err(_) => Served::timed_out(),
+        }
+    }
+
+    /// Whether a layer with `currentness: "required"` is bound to the provider: such a
+    /// layer takes no kept answer older than the binding's `cache.required_max_age`.
+    fn serves_required_layer(&self, provider: usize) -> bool {
+        self.runtime.project.layers.iter().any(|layer| {
+            layer.currentness == CurrentnessRule::Required
+                && matches!(&layer.kind, LayerKind::Bound { providers } if providers.contains(&provider))
+        })
+    }
+}
+
+/// How a source answered one invocation, before it is timed.
+struct Served {
+    outcome: Outcome,
+    version_source: Option<VersionSource>,
+    /// When the provider gave the answer; `None`: now.
+    observed_at: Option<SystemTime>,
+    /// For an answer from the cache: its age.
+    age: Option<Duration>,
+}
+
+impl Served {
+    fn now(outcome: Outcome, version_source: Option<VersionSource>) -> Served {
+        Served {
+            outcome,
+            version_source,
+            observed_at: None,
+            age: None,
+        }
+    }
+
+    /// No answer by the turn's deadline.
+    fn timed_out() -> Served {
+        Served::now(Outcome::failed(Failure::Deadline, Source::Live), None)
+    }
+
+    /// A cache answer as the turn that `asked` at that instant reports it: `LIVE` when
+    /// the provider gave it while the turn waited (its own call, or a call in flight it
+    /// joined), else `CACHE` with its age.
+    fn from_cache(kept: &KeptAnswer, asked: Instant) -> Served {
+        let mut outcome = kept.outcome.clone();
+        let age = (!kept.answered_since(asked)).then(|| kept.age(Instant::now()));
+        if age.is_some() {
+            outcome.source = Source::Cache;
+        }
+        Served {
+            outcome,
+            version_source: kept.version_source,
+            observed_at: Some(kept.observed_at),
+            age,
+        }
+    }
+}
+
+/// One call to the provider through its gate: admission (never a wait), the lookup
+/// bounded by the provider's timeout — and by `turn_deadline` when the call is the
+/// turn's own — then the breaker's bookkeeping and the version to report.
 async fn invoke_live(
-    runtime: &ProjectRuntime,
+    handle: &ProviderHandle,
     invocation: &Invocation,
-    turn_deadline: Instant,
+    turn_deadline: Option<Instant>,
 ) -> (Outcome, Option<VersionSource>) {
     let refused = |failure: Failure| (Outcome::failed(failure, Source::Live), None);
-    let Some(handle) = runtime.providers.get(&invocation.provider_id) else {
-        // Gating only plans bound providers.
-        return refused(Failure::NotBound);
-    };
     // Admission never waits: no free permit is an immediate OVERLOADED.
     let grant = match handle.gate.acquire() {
         Ok(grant) => grant,
@@ -364,13 +465,14 @@ async fn invoke_live(
         key: &invocation.key,
         value: &invocation.value,
         limit: invocation.limit,
-        deadline: provider_deadline.min(turn_deadline),
+        deadline: turn_deadline.map_or(provider_deadline, |turn| provider_deadline.min(turn)),
+        secrets: handle.secrets,
     };
     let mut outcome = grant.implementation.lookup(&call).await;
     drop(grant.permit);
     // A call cut short by the turn's own (shorter) deadline says nothing about the
     // provider: a client asking for tight deadlines must not open the circuit for all.
-    let cut_by_turn = turn_deadline < provider_deadline
+    let cut_by_turn = turn_deadline.is_some_and(|turn| turn < provider_deadline)
         && outcome.status() == crate::contract::ProviderStatus::Timeout;
     let result = if cut_by_turn {
         CallResult::Neutral
@@ -382,7 +484,7 @@ async fn invoke_live(
         tracing::warn!(
             provider = %invocation.provider_id,
             status = failure.status().as_str(),
-            detail = failure.detail().unwrap_or(""),
+            detail = %redacted(failure.detail().unwrap_or("")),
             "provider call failed"
         );
     }

@@ -13,6 +13,7 @@
 
 use crate::contract::VersionSource;
 use crate::providers::Implementation;
+use crate::providers::redact::redacted;
 use crate::resilience::breaker::{
     Admission, Breaker, BreakerSnapshot, BreakerState, CallResult, Ticket, Transition,
 };
@@ -255,7 +256,9 @@ impl ProviderActor {
                 }
                 Err(problem) => {
                     actor.readiness.ready = Some(false);
-                    actor.readiness.problem = Some(problem);
+                    // It may quote the provider or its database: kept (for the log and
+                    // `/readyz`) with any secret in it redacted.
+                    actor.readiness.problem = Some(redacted(&problem).into_owned());
                 }
             }
             if was_ready != actor.readiness.ready {
@@ -385,6 +388,7 @@ mod tests {
             pool: PoolSettings::default(),
             circuit,
             cache: Default::default(),
+            secrets: Default::default(),
             retention: Default::default(),
             retention_ttl: Duration::from_secs(60),
             version: Some("v7".into()),

@@ -9,6 +9,9 @@ use crate::config::Retention;
 use crate::config::{EnvVars, ProviderBinding, ServerConfig};
 use crate::deployment::{Deployment, DeploymentProblem, ProblemKind, ResolvedProject, Severity};
 use crate::project::Project;
+use crate::providers::redact::SecretHandling;
+use crate::resilience::cache::{CacheScope, CacheStore, ProviderCache};
+use crate::telemetry::metrics::CacheMetrics;
 use crate::trace::DigestKey;
 use crate::trace::store::{ReaderPool, ReaderPoolSettings};
 use crate::trace::writer::{self, TraceSender, TraceWriterHandle, WriterSettings};
@@ -92,6 +95,10 @@ pub(crate) struct ProviderHandle {
     /// What traces keep of this provider's items, and for how long.
     pub(crate) retention: Retention,
     pub(crate) retention_ttl: Duration,
+    /// What a secret in an answer's items gives (the binding's `secrets`).
+    pub(crate) secrets: SecretHandling,
+    /// The binding's response cache (`cache.ttl`), in its tenant's store.
+    pub(crate) cache: Option<ProviderCache>,
 }
 
 /// The running runtime: the registry and what must be stopped.
@@ -150,6 +157,8 @@ impl Topology {
                 .ok_or_else(|| anyhow!("tenant {}: its API key is not available", tenant.id))?;
             // Without fatal problems, each project id is here once.
             let mut projects = BTreeMap::new();
+            // Created with the tenant's first cached provider.
+            let mut cache_store = None;
             for resolved_project in resolved.projects {
                 let ResolvedProject {
                     project,
@@ -175,12 +184,26 @@ impl Topology {
                         let handle = match actors.get(&key) {
                             Some(handle) => handle.clone(),
                             None => {
+                                let scope = CacheScope {
+                                    tenant: &tenant.id,
+                                    binding_file: &binding.path,
+                                    binding_digest: &binding.binding.digest,
+                                    provider: &provider.id,
+                                };
+                                let cache = provider_cache(
+                                    &mut cache_store,
+                                    config.cache.max_tenant_bytes,
+                                    &digest_key,
+                                    &scope,
+                                    provider,
+                                );
                                 let handle = start_provider(
                                     &tenant.id,
                                     &binding.path,
                                     provider,
                                     env,
                                     &arbiters[started.len() % arbiters.len()],
+                                    cache,
                                 )
                                 .await?;
                                 started.push(handle.addr.clone());
@@ -320,14 +343,16 @@ async fn start_provider(
     provider: &ProviderBinding,
     env: &EnvVars,
     arbiter: &Arbiter,
+    cache: Option<ProviderCache>,
 ) -> anyhow::Result<ProviderHandle> {
     let implementation = crate::deployment::build_implementation(provider, env)
         .await
         .map_err(|error| {
+            // A database's message is outside text: shown redacted.
             anyhow!(
                 "tenant {tenant}: {}: {}",
                 binding.display(),
-                error.problem(&provider.id)
+                crate::providers::redact::redacted(&error.problem(&provider.id).to_string())
             )
         })?;
     let gate = Arc::new(ProviderGate::new(
@@ -344,7 +369,27 @@ async fn start_provider(
         type_name: provider.kind.type_name(),
         retention: provider.retention,
         retention_ttl: provider.retention_ttl,
+        secrets: provider.secrets,
+        cache,
     })
+}
+
+/// The binding's response cache, in its tenant's store (created on first use, bounded
+/// by the tenant's share of `[cache]`); `None` when the binding does not cache.
+fn provider_cache(
+    store: &mut Option<(CacheStore, Arc<CacheMetrics>)>,
+    tenant_bytes: u64,
+    digest_key: &DigestKey,
+    scope: &CacheScope<'_>,
+    provider: &ProviderBinding,
+) -> Option<ProviderCache> {
+    provider.cache.ttl?;
+    let (store, metrics) = store.get_or_insert_with(|| {
+        let metrics = Arc::new(CacheMetrics::new(scope.tenant));
+        (CacheStore::new(tenant_bytes, metrics.clone()), metrics)
+    });
+    metrics.bound(scope.provider);
+    ProviderCache::new(store, digest_key, scope, &provider.cache)
 }
 
 impl Registry {

@@ -26,6 +26,7 @@ use crate::deployment::{Deployment, DeploymentProblem, ProblemKind, Severity, Te
 use crate::outcome::Failure;
 use crate::providers::Implementation;
 use crate::providers::http::{DescribeError, HttpProvider};
+use crate::providers::redact::redacted;
 use crate::providers::sqlite::SqliteProvider;
 use crate::trace::digest::MIN_KEY_BYTES;
 use clap::Args;
@@ -611,10 +612,12 @@ async fn check_provider(
             return report.checks;
         }
         Ok(Err(error)) => {
-            // In the words and at the key `validate` and `serve` use.
+            // In the words and at the key `validate` and `serve` use; a database's
+            // message is outside text, shown redacted.
+            let problem = error.problem(&provider.id).to_string();
             report.fail(
                 &subject,
-                format!("{}: {}", binding.display(), error.problem(&provider.id)),
+                format!("{}: {}", binding.display(), redacted(&problem)),
             );
             return report.checks;
         }
@@ -671,7 +674,7 @@ async fn check_sqlite(
                 provider.version.as_deref().unwrap_or("-")
             ),
         ),
-        Ok(Err(problem)) => report.fail(subject, problem),
+        Ok(Err(problem)) => report.fail(subject, redacted(&problem).into_owned()),
         Err(_) => report.fail(
             subject,
             format!(

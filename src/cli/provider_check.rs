@@ -607,7 +607,7 @@ fn lookup_rule(exchange: &Exchange, limit: u32) -> Result<(usize, String), Strin
         return Err(status_problem("lookup", answer.status, 200));
     }
     let response = parse_lookup("lookup", answer)?;
-    bounds::check_items(&response.items, limit)
+    bounds::check_items_refusing(&response.items, limit)
         .map_err(|violation| format!("{violation} (requested limit {limit}, at most {MAX_ITEMS}; items at most 64 KiB with a non-empty id; no secret patterns)"))?;
     label_secret("version", response.version.as_deref())?;
     label_secret("revision", response.revision.as_deref())?;

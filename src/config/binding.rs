@@ -14,6 +14,7 @@ use super::{
 };
 use crate::providers::PoolSettings;
 use crate::providers::endpoint::{self, Violation};
+use crate::providers::redact::SecretHandling;
 use query::query_problems;
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
@@ -52,6 +53,7 @@ const SETTING_KEYS: &[&str] = &[
     "pool",
     "circuit",
     "cache",
+    "secrets",
     "retention",
     "retention_ttl",
 ];
@@ -85,6 +87,8 @@ pub struct ProviderBinding {
     pub pool: PoolSettings,
     pub(crate) circuit: CircuitSettings,
     pub(crate) cache: CacheSettings,
+    /// What a secret in an answer's items gives: refused (the default) or redacted.
+    pub(crate) secrets: SecretHandling,
     pub(crate) retention: Retention,
     /// How long traces keep what `retention` says to keep.
     pub(crate) retention_ttl: Duration,
@@ -158,10 +162,17 @@ impl Default for CircuitSettings {
     }
 }
 
-/// Response cache; `ttl: None` means no caching (the default).
+/// Response cache; `ttl: None` means no caching (the default), and then the other
+/// settings do nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CacheSettings {
+    /// How long an `OK` answer is kept.
     pub(crate) ttl: Option<Duration>,
+    /// How long a `NOT_FOUND` answer is kept; `None`: not kept.
+    pub(crate) not_found_ttl: Option<Duration>,
+    /// The oldest kept answer a layer with `currentness: "required"` takes; zero (the
+    /// default): such a layer's provider is always asked.
+    pub(crate) required_max_age: Duration,
 }
 
 /// What traces keep of a provider's items.
@@ -430,6 +441,7 @@ fn check_provider(
         pool: merged.pool,
         circuit: merged.circuit,
         cache: merged.cache,
+        secrets: merged.secrets,
         retention: merged.retention,
         retention_ttl: merged.retention_ttl,
         version,
@@ -658,7 +670,12 @@ fn digest_entry(provider: &ProviderBinding, written_location: Json) -> Json {
             "half_open_probes": provider.circuit.half_open_probes,
             "half_open_max_ms": ms(provider.circuit.half_open_max),
         },
-        "cache": { "ttl_ms": provider.cache.ttl.map(ms) },
+        "cache": {
+            "ttl_ms": provider.cache.ttl.map(ms),
+            "not_found_ttl_ms": provider.cache.not_found_ttl.map(ms),
+            "required_max_age_ms": ms(provider.cache.required_max_age),
+        },
+        "secrets": provider.secrets.as_str(),
         "retention": provider.retention.as_str(),
         "retention_ttl_ms": ms(provider.retention_ttl),
         "version": provider.version,

@@ -1,6 +1,6 @@
 //! The server config (`config/ctxd.toml`): listen address, trace store, digest key
-//! reference, metrics, limits, and tenants with their API keys, limits, projects and
-//! bindings. Loading does the pure checks; environment checks are a separate step.
+//! reference, metrics, limits, the handle store and the response caches' memory, and
+//! tenants with their API keys, limits, projects and bindings. Loading does the pure checks; environment checks are a separate step.
 
 use super::{
     ConfigErrors, EnvVars, Problem, Problems, index_path, key_path, parse_toml,
@@ -13,8 +13,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod cache;
 mod serving;
 
+pub(crate) use cache::CacheMemory;
+use cache::{RawCache, check_cache};
 pub(crate) use serving::{Limits, ServerSettings};
 use serving::{RawLimits, RawServer, check_limits, check_server};
 
@@ -27,7 +30,9 @@ const MAX_BUCKETS: usize = 64;
 const DEFAULT_MAX_IN_FLIGHT: i64 = 256;
 const MAX_IN_FLIGHT_RANGE: (i64, i64) = (1, 100_000);
 
-const TOP_KEYS: &[&str] = &["server", "trace", "metrics", "limits", "handles", "tenants"];
+const TOP_KEYS: &[&str] = &[
+    "server", "trace", "metrics", "limits", "handles", "cache", "tenants",
+];
 const MAX_HANDLE_TTL: Duration = Duration::from_secs(7 * 86_400);
 const HANDLE_TOTAL_BYTES_RANGE: (i64, i64) = (1024, 64 * 1024 * 1024 * 1024);
 const HANDLE_TOMBSTONES_RANGE: (i64, i64) = (0, 10_000_000);
@@ -49,6 +54,8 @@ pub(crate) struct ServerConfig {
     pub(crate) limits: Limits,
     /// `[handles]`: the handle store's TTL, byte cap and operation limits.
     pub(crate) handles: HandleSettings,
+    /// `[cache]`: the memory the response caches hold, in total and per tenant.
+    pub(crate) cache: CacheMemory,
     pub(crate) tenants: Vec<TenantConfig>,
 }
 
@@ -319,10 +326,12 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<ServerConfig, 
     };
     let handles = optional_section::<RawHandles>(&mut problems, &mut table, "handles")
         .and_then(|raw| check_handles(&mut problems, raw, tenant_count));
+    let cache = optional_section::<RawCache>(&mut problems, &mut table, "cache")
+        .and_then(|raw| check_cache(&mut problems, raw, tenant_count));
     let tenants = check_tenants(&mut problems, table.remove("tenants"), base_dir);
 
-    match (server, trace, metrics, limits, handles) {
-        (Some(server), Some(trace), Some(metrics), Some(limits), Some(handles))
+    match (server, trace, metrics, limits, handles, cache) {
+        (Some(server), Some(trace), Some(metrics), Some(limits), Some(handles), Some(cache))
             if problems.is_empty() =>
         {
             Ok(ServerConfig {
@@ -333,6 +342,7 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<ServerConfig, 
                 metrics,
                 limits,
                 handles,
+                cache,
                 tenants,
             })
         }
@@ -431,19 +441,15 @@ fn check_handles(
         defaults.max_total_bytes as u64,
         HANDLE_TOTAL_BYTES_RANGE,
     );
-    // An equal part of the store unless set; every tenant's share must fit in it.
-    let tenants = tenants.max(1) as i64;
     let max_tenant_bytes = max_total_bytes.and_then(|total| {
-        let share = raw.max_tenant_bytes.unwrap_or(total / tenants);
-        let share = problems.int_in("handles.max_tenant_bytes", share, 1..=total)?;
-        if share.saturating_mul(tenants) > total {
-            problems.add(
-                "handles.max_tenant_bytes",
-                format!("{tenants} tenants × {share} bytes is more than handles.max_total_bytes ({total}): each tenant's share must fit in the store, so that no tenant evicts another's handles — use at most {}", total / tenants),
-            );
-            return None;
-        }
-        Some(share)
+        tenant_share(
+            problems,
+            "handles",
+            ("max_total_bytes", total),
+            raw.max_tenant_bytes,
+            tenants,
+            "evicts another's handles",
+        )
     });
     let max_tombstones = int(
         problems,
@@ -532,6 +538,31 @@ fn check_handles(
             time_limit_cap: Duration::from_millis(time_cap? as u64),
         },
     })
+}
+
+/// A tenant's share of a store bounded by `total` (`section.total_key`): as written, or
+/// an equal part for each of `tenants`; every tenant's share must fit in the total, so
+/// that no tenant `evicts` (the consequence, in words).
+fn tenant_share(
+    problems: &mut Problems,
+    section: &str,
+    (total_key, total): (&str, i64),
+    written: Option<i64>,
+    tenants: usize,
+    evicts: &str,
+) -> Option<i64> {
+    let tenants = tenants.max(1) as i64;
+    let path = format!("{section}.max_tenant_bytes");
+    let share = written.unwrap_or(total / tenants);
+    let share = problems.int_in(&path, share, 1..=total)?;
+    if share.saturating_mul(tenants) > total {
+        problems.add(
+            &path,
+            format!("{tenants} tenants × {share} bytes is more than {section}.{total_key} ({total}): each tenant's share must fit in the store, so that no tenant {evicts} — use at most {}", total / tenants),
+        );
+        return None;
+    }
+    Some(share)
 }
 
 fn check_metrics(problems: &mut Problems, raw: RawMetrics) -> Option<MetricsSettings> {
@@ -1179,6 +1210,54 @@ mod tests {
         ];
         for (line, path, needle) in cases {
             assert_problem(&format!("[handles]\n{line}\n{}", minimal()), path, needle);
+        }
+    }
+
+    #[test]
+    fn the_response_caches_share_one_memory_bound_equally_by_default() {
+        let config = parse(&minimal()).unwrap();
+        assert_eq!(config.cache, CacheMemory::default());
+        assert_eq!(config.cache.max_total_bytes, 64 * 1024 * 1024);
+        let two = format!(
+            "{}{}",
+            minimal(),
+            tenant(
+                "globex",
+                &format!("api_key_sha256 = {:?}", hash_of("key-b"))
+            )
+        );
+        let cache = parse(&format!(
+            "[cache]
+max_total_bytes = 2000000
+{two}"
+        ))
+        .unwrap()
+        .cache;
+        assert_eq!(cache.max_tenant_bytes, 1_000_000);
+        let cache = parse(&format!(
+            "[cache]
+max_total_bytes = 2000000
+max_tenant_bytes = 400000
+{two}"
+        ))
+        .unwrap()
+        .cache;
+        assert_eq!(cache.max_tenant_bytes, 400_000);
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "max_total_bytes = 10",
+                "cache.max_total_bytes",
+                "out of range",
+            ),
+            (
+                "max_total_bytes = 2000000\nmax_tenant_bytes = 1500000",
+                "cache.max_tenant_bytes",
+                "2 tenants × 1500000 bytes is more than cache.max_total_bytes (2000000): each tenant's share must fit in the store, so that no tenant evicts another's answers — use at most 1000000",
+            ),
+            ("ttl = \"60s\"", "cache.ttl", "unknown field"),
+        ];
+        for (lines, path, needle) in cases {
+            assert_problem(&format!("[cache]\n{lines}\n{two}"), path, needle);
         }
     }
 

@@ -11,8 +11,8 @@ pub use item::{Currentness, Item};
 pub use status::{LayerReason, LayerStatus, ProviderStatus, Source};
 pub use turn::{
     BudgetReport, CutAction, CutReport, ErrorBody, ErrorDetail, HandleRef, LayerReport,
-    ProviderReport, SelectionReport, TurnBudget, TurnRequest, TurnResponse, TurnResult,
-    VersionSource, input_map,
+    ProviderReport, RedactionCounts, SelectionReport, TurnBudget, TurnRequest, TurnResponse,
+    TurnResult, VersionSource, input_map,
 };
 pub use wire::{
     CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse, WireItem,

@@ -233,7 +233,19 @@ pub struct ProviderReport {
     pub items: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
+    /// How old a `CACHE` answer was when the turn got it: milliseconds since the
+    /// provider gave it. Absent for every other source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_ms: Option<u64>,
+    /// Secrets replaced by `[REDACTED:<kind>]` in the items (`secrets = "redact"`),
+    /// counted by kind; absent when nothing was redacted. Never the secrets themselves.
+    #[serde(default, skip_serializing_if = "RedactionCounts::is_empty")]
+    pub redactions: RedactionCounts,
 }
+
+/// How many secrets of each kind (the detector's name, e.g. `github_token`) were
+/// replaced in one provider's answer.
+pub type RedactionCounts = BTreeMap<String, u32>;
 
 /// One rendered material (static text or a provider item).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

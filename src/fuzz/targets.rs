@@ -8,8 +8,9 @@ use crate::handles::bounds::Clock;
 use crate::handles::request::{self, Limits};
 use crate::handles::{HandleMaterial, LimitSettings, ops};
 use crate::project::Project;
-use crate::providers::bounds::{MAX_ITEM_BYTES, check_items};
+use crate::providers::bounds::{MAX_ITEM_BYTES, check_items_refusing};
 use crate::providers::http::{parse_describe, parse_lookup};
+use crate::providers::redact::SecretHandling;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -37,7 +38,7 @@ fn text(input: &[u8]) -> Option<&str> {
 /// A provider's `lookup` answer: never more items than the limit, never an item over
 /// the item bound or failing the bounds; a failure carries no items (by type).
 fn lookup_answer(input: &[u8]) -> Result<(), String> {
-    let outcome = parse_lookup(input, LOOKUP_LIMIT);
+    let outcome = parse_lookup(input, LOOKUP_LIMIT, SecretHandling::Refuse);
     let items = outcome.items_found();
     if items.len() > LOOKUP_LIMIT as usize {
         return Err(format!("{} items over the limit", items.len()));
@@ -48,7 +49,8 @@ fn lookup_answer(input: &[u8]) -> Result<(), String> {
     {
         return Err(format!("item {} over the item bound", item.id.len()));
     }
-    if outcome.status() == ProviderStatus::Ok && check_items(items, LOOKUP_LIMIT).is_err() {
+    if outcome.status() == ProviderStatus::Ok && check_items_refusing(items, LOOKUP_LIMIT).is_err()
+    {
         return Err("an OK answer fails the bounds".to_owned());
     }
     Ok(())

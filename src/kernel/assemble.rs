@@ -188,6 +188,8 @@ fn provider_results<'c>(
                 revision: None,
                 items: 0,
                 duration_ms: None,
+                age_ms: None,
+                redactions: Default::default(),
             },
             (None, Some(call)) => {
                 let outcome = &call.outcome;
@@ -202,6 +204,8 @@ fn provider_results<'c>(
                     revision: outcome.revision.clone(),
                     items: outcome.items_found().len(),
                     duration_ms: call.facts.duration.map(|d| d.as_millis() as u64),
+                    age_ms: call.facts.age.map(|age| age.as_millis() as u64),
+                    redactions: outcome.redactions.clone(),
                 }
             }
             (None, None) => continue,

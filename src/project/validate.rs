@@ -5,7 +5,7 @@ use super::model::{ContextTest, CurrentnessRule, Layer, Profile, ProjectDoc};
 use super::{LayerKind, LayerSpec, ProfileSpec, Project, ProjectErrors, ProviderSpec};
 use crate::contract::ProviderStatus;
 use crate::digest::{canonical_digest, sha256_tagged};
-use crate::providers::bounds::{MAX_ITEMS, check_items};
+use crate::providers::bounds::{MAX_ITEMS, check_items_refusing};
 use crate::validation::Problems;
 use regex::{Regex, RegexBuilder};
 use std::collections::HashSet;
@@ -384,7 +384,7 @@ fn validate_test(
             (None, None) => problems.add(&path, "a fixture needs items or status"),
             (Some(items), None) => {
                 // A fixture must be something a conforming provider could have sent.
-                if let Err(violation) = check_items(items, spec.max_items) {
+                if let Err(violation) = check_items_refusing(items, spec.max_items) {
                     problems.add(&format!("{path}.items"), violation.to_string());
                 }
             }

@@ -1,7 +1,10 @@
-//! The contract's hard limits on provider answers, shared by every provider type and by fixtures.
+//! The contract's hard limits on provider answers, shared by every provider type and by
+//! fixtures, with the binding's rule for secrets: every provider answer passes
+//! [`check_items`], the one place where a secret is refused or redacted.
 
+use super::redact::{self, SecretHandling};
 use super::secrets;
-use crate::contract::Item;
+use crate::contract::{Item, RedactionCounts};
 use crate::outcome::Failure;
 
 /// Largest response body accepted from a provider, in bytes.
@@ -61,24 +64,61 @@ impl BoundsViolation {
     }
 }
 
-/// Checks items against the requested limit (and MAX_ITEMS), the per-item size, item
-/// validity (non-empty `id` of at most 256 bytes) and secret patterns in id, title,
-/// content and metadata (keys and values).
+/// The step every provider answer passes, whatever the provider type: items checked
+/// against the requested limit (and [`MAX_ITEMS`]), item validity (non-empty `id` of at
+/// most 256 bytes), the per-item size, and secret patterns in id, title, content,
+/// metadata (keys and values) and `updatedAt` — refused or redacted as `secrets` says.
 ///
-/// The count is checked first; then each item in order: validity, size, secrets. The first
-/// violation is returned. A secret is reported by field and detector name only.
-pub fn check_items(items: &[Item], requested_limit: u32) -> Result<(), BoundsViolation> {
-    let limit = usize::try_from(requested_limit).map_or(MAX_ITEMS, |l| l.min(MAX_ITEMS));
-    if items.len() > limit {
-        return Err(BoundsViolation::TooManyItems {
-            count: items.len(),
-            limit,
-        });
+/// The count is checked first; then each item in order: validity, size, secrets. The
+/// first violation is returned; a secret is reported by field and detector name only.
+/// Under [`SecretHandling::Redact`] every secret is replaced by `[REDACTED:<kind>]` and
+/// counted, and a redacted item is checked for validity and size again (a marker can be
+/// longer than what it replaced). Returns the counts (empty under `Refuse`).
+pub fn check_items(
+    items: &mut [Item],
+    requested_limit: u32,
+    secrets: SecretHandling,
+) -> Result<RedactionCounts, BoundsViolation> {
+    if secrets == SecretHandling::Refuse {
+        return check_items_refusing(items, requested_limit).map(|()| RedactionCounts::new());
     }
+    check_count(items.len(), requested_limit)?;
+    let mut counts = RedactionCounts::new();
+    for (index, item) in items.iter_mut().enumerate() {
+        check_validity(index, item)?;
+        check_size(index, item)?;
+        let before = counts.values().sum::<u32>();
+        redact::redact_item(item, &mut counts).map_err(|(field, detector)| {
+            BoundsViolation::SecretDetected {
+                index,
+                field,
+                detector,
+            }
+        })?;
+        if counts.values().sum::<u32>() != before {
+            check_validity(index, item)?;
+            check_size(index, item)?;
+        }
+    }
+    Ok(counts)
+}
+
+/// [`check_items`] with every secret refused, for content that is never redacted:
+/// Context Test fixtures, Project validation, `provider-check`'s conformance verdict.
+pub fn check_items_refusing(items: &[Item], requested_limit: u32) -> Result<(), BoundsViolation> {
+    check_count(items.len(), requested_limit)?;
     for (index, item) in items.iter().enumerate() {
         check_validity(index, item)?;
         check_size(index, item)?;
         check_secrets(index, item)?;
+    }
+    Ok(())
+}
+
+fn check_count(count: usize, requested_limit: u32) -> Result<(), BoundsViolation> {
+    let limit = usize::try_from(requested_limit).map_or(MAX_ITEMS, |l| l.min(MAX_ITEMS));
+    if count > limit {
+        return Err(BoundsViolation::TooManyItems { count, limit });
     }
     Ok(())
 }
@@ -172,9 +212,9 @@ mod tests {
 
     #[test]
     fn count_is_capped_by_max_items() {
-        assert_eq!(check_items(&items(100), 100), Ok(()));
-        assert_eq!(check_items(&items(100), u32::MAX), Ok(()));
-        let err = check_items(&items(101), 100).unwrap_err();
+        assert_eq!(check_items_refusing(&items(100), 100), Ok(()));
+        assert_eq!(check_items_refusing(&items(100), u32::MAX), Ok(()));
+        let err = check_items_refusing(&items(101), 100).unwrap_err();
         assert_eq!(
             err,
             BoundsViolation::TooManyItems {
@@ -185,7 +225,7 @@ mod tests {
         assert_eq!(err.status(), ProviderStatus::LimitExceeded);
         assert_eq!(err.to_string(), "101 items exceed the limit of 100");
         assert_eq!(
-            check_items(&items(101), 1000),
+            check_items_refusing(&items(101), 1000),
             Err(BoundsViolation::TooManyItems {
                 count: 101,
                 limit: MAX_ITEMS
@@ -195,22 +235,26 @@ mod tests {
 
     #[test]
     fn count_is_capped_by_requested_limit() {
-        assert_eq!(check_items(&items(2), 2), Ok(()));
+        assert_eq!(check_items_refusing(&items(2), 2), Ok(()));
         assert_eq!(
-            check_items(&items(3), 2),
+            check_items_refusing(&items(3), 2),
             Err(BoundsViolation::TooManyItems { count: 3, limit: 2 })
         );
-        assert_eq!(check_items(&[], 0), Ok(()));
+        assert_eq!(check_items_refusing(&[], 0), Ok(()));
         assert_eq!(
-            check_items(&items(1), 0),
+            check_items_refusing(&items(1), 0),
             Err(BoundsViolation::TooManyItems { count: 1, limit: 0 })
         );
     }
 
     #[test]
     fn item_size_is_checked_at_the_byte() {
-        assert_eq!(check_items(&[item_of_size(MAX_ITEM_BYTES)], 1), Ok(()));
-        let err = check_items(&[item("ok"), item_of_size(MAX_ITEM_BYTES + 1)], 2).unwrap_err();
+        assert_eq!(
+            check_items_refusing(&[item_of_size(MAX_ITEM_BYTES)], 1),
+            Ok(())
+        );
+        let err =
+            check_items_refusing(&[item("ok"), item_of_size(MAX_ITEM_BYTES + 1)], 2).unwrap_err();
         assert_eq!(
             err,
             BoundsViolation::ItemTooLarge {
@@ -228,8 +272,8 @@ mod tests {
 
     #[test]
     fn ids_must_be_present_and_short() {
-        assert_eq!(check_items(&[item(&"i".repeat(256))], 1), Ok(()));
-        let err = check_items(&[item("")], 1).unwrap_err();
+        assert_eq!(check_items_refusing(&[item(&"i".repeat(256))], 1), Ok(()));
+        let err = check_items_refusing(&[item("")], 1).unwrap_err();
         assert_eq!(
             err,
             BoundsViolation::InvalidItem {
@@ -239,7 +283,7 @@ mod tests {
         );
         assert_eq!(err.status(), ProviderStatus::InvalidResponse);
         assert_eq!(err.to_string(), "item 0 has an empty id");
-        let err = check_items(&[item("a"), item(&"i".repeat(257))], 2).unwrap_err();
+        let err = check_items_refusing(&[item("a"), item(&"i".repeat(257))], 2).unwrap_err();
         assert_eq!(
             err,
             BoundsViolation::InvalidItem {
@@ -249,7 +293,7 @@ mod tests {
         );
         // 86 three-byte characters: 258 bytes though only 86 characters.
         assert!(matches!(
-            check_items(&[item(&"€".repeat(86))], 1),
+            check_items_refusing(&[item(&"€".repeat(86))], 1),
             Err(BoundsViolation::InvalidItem { index: 0, .. })
         ));
     }
@@ -260,20 +304,20 @@ mod tests {
         let mut many = items(3);
         many[0].id.clear();
         assert!(matches!(
-            check_items(&many, 2),
+            check_items_refusing(&many, 2),
             Err(BoundsViolation::TooManyItems { .. })
         ));
         // Validity before size, size before secrets.
         let mut big = item_of_size(MAX_ITEM_BYTES + 1);
         big.id.clear();
         assert!(matches!(
-            check_items(&[big], 1),
+            check_items_refusing(&[big], 1),
             Err(BoundsViolation::InvalidItem { .. })
         ));
         let mut big = item_of_size(MAX_ITEM_BYTES + 100);
         big.title = Some(github_token());
         assert!(matches!(
-            check_items(&[big], 1),
+            check_items_refusing(&[big], 1),
             Err(BoundsViolation::ItemTooLarge { .. })
         ));
         // Items in order: a secret in item 0 wins over an invalid item 1.
@@ -281,7 +325,7 @@ mod tests {
         pair[0].content = github_token();
         pair[1].id.clear();
         assert!(matches!(
-            check_items(&pair, 2),
+            check_items_refusing(&pair, 2),
             Err(BoundsViolation::SecretDetected { index: 0, .. })
         ));
     }
@@ -312,7 +356,7 @@ mod tests {
             (in_meta_value, "metadata"),
             (in_updated_at, "updatedAt"),
         ] {
-            let err = check_items(&[item("clean"), sample], 2).unwrap_err();
+            let err = check_items_refusing(&[item("clean"), sample], 2).unwrap_err();
             assert_eq!(
                 err,
                 BoundsViolation::SecretDetected {
@@ -341,6 +385,80 @@ mod tests {
             .insert("email".to_owned(), json!("alice@example.com"));
         clean.metadata.insert("total".to_owned(), json!(12.5));
         clean.updated_at = Some("2024-03-05T10:15:30Z".to_owned());
-        assert_eq!(check_items(&[clean], 1), Ok(()));
+        assert_eq!(check_items_refusing(&[clean], 1), Ok(()));
+    }
+
+    #[test]
+    fn refuse_is_the_shared_step_with_secrets_refused() {
+        let mut pair = items(2);
+        pair[1].content = github_token();
+        assert_eq!(
+            check_items(&mut pair, 2, SecretHandling::Refuse),
+            Err(BoundsViolation::SecretDetected {
+                index: 1,
+                field: "content",
+                detector: "github_token"
+            })
+        );
+        assert_eq!(pair[1].content, github_token(), "refusing changes nothing");
+        assert_eq!(
+            check_items(&mut items(2), 2, SecretHandling::Refuse),
+            Ok(RedactionCounts::new())
+        );
+    }
+
+    #[test]
+    fn redact_keeps_the_items_and_counts_what_it_replaced() {
+        let token = github_token();
+        let mut answer = items(2);
+        answer[0].content = format!("deploy key {token}, then {token}");
+        answer[1]
+            .metadata
+            .insert("note".to_owned(), json!(format!("old {token}")));
+        let counts = check_items(&mut answer, 2, SecretHandling::Redact).unwrap();
+        assert_eq!(
+            counts,
+            RedactionCounts::from([("github_token".to_owned(), 3)])
+        );
+        assert_eq!(
+            answer[0].content,
+            "deploy key [REDACTED:github_token], then [REDACTED:github_token]"
+        );
+        assert_eq!(answer[1].metadata["note"], "old [REDACTED:github_token]");
+        assert_eq!(check_items_refusing(&answer, 2), Ok(()));
+        // Clean items come back untouched, with no counts.
+        let mut clean = items(3);
+        assert_eq!(
+            check_items(&mut clean, 3, SecretHandling::Redact),
+            Ok(RedactionCounts::new())
+        );
+        assert_eq!(clean, items(3));
+    }
+
+    #[test]
+    fn redact_still_enforces_every_bound() {
+        let mut many = items(3);
+        assert!(matches!(
+            check_items(&mut many, 2, SecretHandling::Redact),
+            Err(BoundsViolation::TooManyItems { .. })
+        ));
+        let mut big = vec![item_of_size(MAX_ITEM_BYTES + 1)];
+        assert!(matches!(
+            check_items(&mut big, 1, SecretHandling::Redact),
+            Err(BoundsViolation::ItemTooLarge { .. })
+        ));
+        // Markers longer than the secrets they replace can push an item over the limit.
+        let secret = format!("{}://a:{}@h", "postgres", "b");
+        let mut grown = item_of_size(MAX_ITEM_BYTES - 5);
+        grown
+            .content
+            .truncate(grown.content.len() - secret.len() - 1);
+        grown.content.push(' ');
+        grown.content.push_str(&secret);
+        let mut grown = vec![grown];
+        assert!(matches!(
+            check_items(&mut grown, 1, SecretHandling::Redact),
+            Err(BoundsViolation::ItemTooLarge { .. })
+        ));
     }
 }

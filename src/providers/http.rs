@@ -14,8 +14,9 @@
 //! 4. a `Content-Length` over [`MAX_RESPONSE_BYTES`], refused before reading;
 //! 5. the body, streamed and cut off as soon as it exceeds the limit;
 //! 6. the secret anywhere in the body bytes, before parsing;
-//! 7. parsing: JSON shape, contract, then [`bounds::check_items`]; an answer with no
-//!    items is `NOT_FOUND`, as a 404 is (one meaning of "no record" for every provider).
+//! 7. parsing: JSON shape, contract, then [`bounds::check_items`] (which refuses or
+//!    redacts secrets in the items as the binding says); an answer with no items is
+//!    `NOT_FOUND`, as a 404 is (one meaning of "no record" for every provider).
 //!
 //! Neither the lookup value nor the secret ever appears in an outcome, an error or a
 //! log line: failures carry only a status and a fixed detail.
@@ -23,6 +24,7 @@
 use super::PoolSettings;
 use super::bounds::{self, MAX_RESPONSE_BYTES};
 use super::endpoint::{self, Violation};
+use super::redact::SecretHandling;
 use super::{LookupCall, Secret, secrets};
 use crate::contract::{
     CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse, Source,
@@ -179,7 +181,7 @@ impl HttpProvider {
             Ok(body) => match self.exchange_by(call.deadline, body).await {
                 Err(failure) => failed(failure),
                 Ok(Answer::NotFound) => Outcome::not_found(LIVE),
-                Ok(Answer::Body(bytes)) => parse_lookup(&bytes, call.limit),
+                Ok(Answer::Body(bytes)) => parse_lookup(&bytes, call.limit, call.secrets),
             },
             Err(_) => failed(Failure::RequestUnencodable),
         };
@@ -383,23 +385,25 @@ fn scan_label(label: Option<&str>) -> Result<(), Failure> {
     }
 }
 
-pub(crate) fn parse_lookup(bytes: &[u8], limit: u32) -> Outcome {
-    let response: LookupResponse = match serde_json::from_slice(bytes) {
+pub(crate) fn parse_lookup(bytes: &[u8], limit: u32, secrets: SecretHandling) -> Outcome {
+    let mut response: LookupResponse = match serde_json::from_slice(bytes) {
         Ok(response) => response,
         Err(_) => return failed(shape_failure(bytes)),
     };
     if response.contract != CONTRACT {
         return failed(Failure::WrongContract);
     }
-    if let Err(violation) = bounds::check_items(&response.items, limit) {
-        return failed(violation.failure());
-    }
+    let redactions = match bounds::check_items(&mut response.items, limit, secrets) {
+        Ok(redactions) => redactions,
+        Err(violation) => return failed(violation.failure()),
+    };
     if let Err(failure) = scan_label(response.version.as_deref())
         .and_then(|()| scan_label(response.revision.as_deref()))
     {
         return failed(failure);
     }
-    let mut outcome = Outcome::answered(response.items, response.currentness, LIVE);
+    let mut outcome =
+        Outcome::answered(response.items, response.currentness, LIVE).with_redactions(redactions);
     outcome.version = response.version;
     outcome.revision = response.revision;
     outcome
@@ -578,6 +582,7 @@ mod tests {
                 "items": [{"id": "CUST-1042", "content": "x", "updatedAt": "2026-10-08"}]
             })),
             2,
+            SecretHandling::Refuse,
         );
         assert_eq!(ok.status(), ProviderStatus::Ok);
         assert_eq!(ok.currentness(), Some(Currentness::Stale));
@@ -599,6 +604,7 @@ mod tests {
         let empty = parse_lookup(
             &lookup_body(json!({"contract": CONTRACT, "items": [], "version": "5.0.1"})),
             2,
+            SecretHandling::Refuse,
         );
         assert_eq!(
             (
@@ -696,7 +702,7 @@ mod tests {
             ),
         ];
         for (body, status, detail) in cases {
-            let outcome = parse_lookup(body, 2);
+            let outcome = parse_lookup(body, 2, SecretHandling::Refuse);
             assert_eq!(
                 (outcome.status(), outcome.detail()),
                 (*status, Some(*detail)),

@@ -7,6 +7,7 @@
 pub mod bounds;
 pub(crate) mod endpoint;
 pub mod http;
+pub mod redact;
 pub mod secrets;
 pub mod sqlite;
 
@@ -47,6 +48,9 @@ pub struct LookupCall<'a> {
     /// The call must be answered by then: the earlier of the provider's timeout and the
     /// turn's deadline. Past it the outcome is `TIMEOUT`.
     pub deadline: Instant,
+    /// What a secret in the answer's items gives (the binding's `secrets`): every
+    /// implementation passes it to [`bounds::check_items`].
+    pub secrets: redact::SecretHandling,
 }
 
 /// A credential read from the environment. Its value is never printed: `Debug` and

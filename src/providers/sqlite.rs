@@ -235,7 +235,7 @@ impl SqliteProvider {
         // Back to the pool before the CPU work of the checks.
         drop(conn);
 
-        let items = match read {
+        let mut items = match read {
             Ok(items) => items,
             Err(ReadError::Refused(failure)) => return failed(failure),
             Err(ReadError::Sqlite(error)) => {
@@ -250,10 +250,11 @@ impl SqliteProvider {
                 return failed(failure);
             }
         };
-        if let Err(violation) = bounds::check_items(&items, call.limit) {
-            return failed(violation.failure());
+        match bounds::check_items(&mut items, call.limit, call.secrets) {
+            Ok(redactions) => Outcome::answered(items, Currentness::Current, Source::Live)
+                .with_redactions(redactions),
+            Err(violation) => failed(violation.failure()),
         }
-        Outcome::answered(items, Currentness::Current, Source::Live)
     }
 
     /// Readiness: the file is still there, a connection can be had and the query still
@@ -793,6 +794,7 @@ mod tests {
             value,
             limit,
             deadline: Instant::now() + budget,
+            secrets: Default::default(),
         }
     }
 

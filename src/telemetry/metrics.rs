@@ -5,8 +5,10 @@
 //!
 //! Series a dashboard or an alert watches exist from start-up, at zero, instead of
 //! appearing at their first event: the turn outcomes of [`TURN_OUTCOMES_AT_START`]
-//! (without the tenant label), the trace writer's counters, and per bound provider its
-//! calls by status, calls in flight and circuits by state ([`ProviderBound`]).
+//! (without the tenant label), the trace writer's counters, the response caches' bytes,
+//! per bound provider its calls by status, calls in flight and circuits by state
+//! ([`ProviderBound`]), and per cached provider its hits, misses, coalesced waits and
+//! evictions ([`CacheMetrics::bound`]).
 //!
 //! A series is written by one source or summed from several, never overwritten by
 //! several: each provider gate publishes its calls in flight and its circuit state as
@@ -16,6 +18,7 @@
 use crate::config::MetricsSettings;
 use crate::contract::ProviderStatus;
 use crate::resilience::breaker::BreakerState;
+use crate::resilience::cache::{CacheObserver, Lookup, Removal};
 use metrics::Label;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +39,11 @@ pub(crate) const TRACE_WRITE_DURATION: &str = "ctxd_trace_write_duration_seconds
 pub(crate) const TRACE_BACKPRESSURE: &str = "ctxd_trace_backpressure_total";
 pub(crate) const HANDLE_OPERATIONS: &str = "ctxd_handle_operations_total";
 pub(crate) const REPLAYS_RATE_LIMITED: &str = "ctxd_replays_rate_limited_total";
+pub(crate) const CACHE_HITS: &str = "ctxd_cache_hits_total";
+pub(crate) const CACHE_MISSES: &str = "ctxd_cache_misses_total";
+pub(crate) const CACHE_COALESCED: &str = "ctxd_cache_coalesced_total";
+pub(crate) const CACHE_EVICTIONS: &str = "ctxd_cache_evictions_total";
+pub(crate) const CACHE_BYTES: &str = "ctxd_cache_bytes";
 
 /// Buckets of the coordinator overhead, in seconds: its target is well under 1 ms.
 pub(crate) const OVERHEAD_BUCKETS: &[f64] = &[
@@ -99,6 +107,11 @@ fn zero_at_start(tenant_label: bool) {
         metrics::counter!(counter).increment(0);
     }
     metrics::gauge!(TRACE_QUEUE_DEPTH).set(0.0);
+    if !tenant_label {
+        // Summed from every tenant's store as changes; with the tenant label, a
+        // tenant's gauge appears when its first cached provider is bound.
+        metrics::gauge!(CACHE_BYTES).increment(0.0);
+    }
 }
 
 fn describe() {
@@ -156,6 +169,26 @@ fn describe() {
     describe_counter!(
         REPLAYS_RATE_LIMITED,
         "Replays refused with 429 by the per-tenant replay rate limit"
+    );
+    describe_counter!(
+        CACHE_HITS,
+        "Lookups of cached providers answered from the response cache"
+    );
+    describe_counter!(
+        CACHE_MISSES,
+        "Lookups of cached providers that called the provider (one upstream call each)"
+    );
+    describe_counter!(
+        CACHE_COALESCED,
+        "Lookups of cached providers that waited for an identical call in flight"
+    );
+    describe_counter!(
+        CACHE_EVICTIONS,
+        "Answers that left the response cache: cause size (the tenant's share was full) or expired"
+    );
+    describe_gauge!(
+        CACHE_BYTES,
+        "Bytes of answers the response caches hold (as the byte bound counts them)"
     );
 }
 
@@ -340,6 +373,68 @@ impl ProviderStateObserved<'_> {
     }
 }
 
+/// A tenant's response cache, counted: hits, misses and coalesced waits per provider,
+/// evictions per provider and cause, and the bytes held (as changes, so the gauge sums
+/// every tenant's store).
+pub(crate) struct CacheMetrics {
+    tenant: String,
+}
+
+/// Eviction causes exported from start-up.
+const EVICTION_CAUSES: [&str; 2] = ["size", "expired"];
+
+impl CacheMetrics {
+    pub(crate) fn new(tenant: &str) -> CacheMetrics {
+        CacheMetrics {
+            tenant: tenant.to_owned(),
+        }
+    }
+
+    /// A cached provider was bound: its series exist from now on, at zero.
+    pub(crate) fn bound(&self, provider: &str) {
+        for counter in [CACHE_HITS, CACHE_MISSES, CACHE_COALESCED] {
+            metrics::counter!(counter, self.labels(provider, None)).increment(0);
+        }
+        for cause in EVICTION_CAUSES {
+            metrics::counter!(CACHE_EVICTIONS, self.labels(provider, Some(cause))).increment(0);
+        }
+        metrics::gauge!(CACHE_BYTES, with_tenant(&self.tenant, Vec::new())).increment(0.0);
+    }
+
+    fn labels(&self, provider: &str, cause: Option<&'static str>) -> Vec<Label> {
+        let mut labels = vec![Label::new("provider", provider.to_owned())];
+        labels.extend(cause.map(|cause| Label::new("cause", cause)));
+        with_tenant(&self.tenant, labels)
+    }
+}
+
+impl CacheObserver for CacheMetrics {
+    fn looked_up(&self, provider: &str, lookup: Lookup) {
+        let counter = match lookup {
+            Lookup::Hit => CACHE_HITS,
+            Lookup::Miss => CACHE_MISSES,
+            Lookup::Coalesced => CACHE_COALESCED,
+        };
+        metrics::counter!(counter, self.labels(provider, None)).increment(1);
+    }
+
+    fn stored(&self, _provider: &str, bytes: u32) {
+        metrics::gauge!(CACHE_BYTES, with_tenant(&self.tenant, Vec::new()))
+            .increment(f64::from(bytes));
+    }
+
+    fn removed(&self, provider: &str, removal: Removal, bytes: u32) {
+        metrics::gauge!(CACHE_BYTES, with_tenant(&self.tenant, Vec::new()))
+            .decrement(f64::from(bytes));
+        let cause = match removal {
+            Removal::Evicted => "size",
+            Removal::Expired => "expired",
+            Removal::Dropped => return,
+        };
+        metrics::counter!(CACHE_EVICTIONS, self.labels(provider, Some(cause))).increment(1);
+    }
+}
+
 /// The trace writer committed a batch.
 pub(crate) struct TraceBatchWritten {
     pub(crate) records: u64,
@@ -442,6 +537,32 @@ mod tests {
     }
 
     #[test]
+    fn a_cached_provider_has_its_cache_series_from_start_up() {
+        let text = exported(|| {
+            let cache = CacheMetrics::new("acme");
+            cache.bound("crm");
+            cache.looked_up("crm", Lookup::Miss);
+            cache.stored("crm", 1000);
+            for _ in 0..3 {
+                cache.looked_up("crm", Lookup::Hit);
+            }
+            cache.looked_up("crm", Lookup::Coalesced);
+            cache.removed("crm", Removal::Evicted, 400);
+            cache.removed("crm", Removal::Dropped, 100);
+        });
+        for expected in [
+            "ctxd_cache_hits_total{provider=\"crm\"} 3\n",
+            "ctxd_cache_misses_total{provider=\"crm\"} 1\n",
+            "ctxd_cache_coalesced_total{provider=\"crm\"} 1\n",
+            "ctxd_cache_evictions_total{provider=\"crm\",cause=\"size\"} 1\n",
+            "ctxd_cache_evictions_total{provider=\"crm\",cause=\"expired\"} 0\n",
+            "ctxd_cache_bytes 500\n",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+    }
+
+    #[test]
     fn watched_series_exist_at_zero_from_start_up() {
         let text = exported(|| zero_at_start(false));
         for expected in [
@@ -451,6 +572,7 @@ mod tests {
             "ctxd_trace_batches_total 0\n",
             "ctxd_trace_queue_depth 0\n",
             "ctxd_replays_rate_limited_total 0\n",
+            "ctxd_cache_bytes 0\n",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }

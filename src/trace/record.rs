@@ -3,7 +3,7 @@
 //! Records hold key names, keyed digests, locators and fingerprints — never a lookup
 //! value, a secret or a provider record id.
 
-use crate::contract::{Currentness, Item, ProviderStatus, Source, VersionSource};
+use crate::contract::{Currentness, Item, ProviderStatus, RedactionCounts, Source, VersionSource};
 use serde::{Deserialize, Serialize};
 use std::time::SystemTime;
 
@@ -116,6 +116,14 @@ pub struct ProviderRecord {
     pub detail: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<Source>,
+    /// For a `CACHE` answer: milliseconds between the provider giving it
+    /// (`observedAt`) and the turn getting it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_ms: Option<u64>,
+    /// Secrets replaced by `[REDACTED:<kind>]` in the items, counted by kind; absent
+    /// when nothing was redacted. Never a secret.
+    #[serde(default, skip_serializing_if = "RedactionCounts::is_empty")]
+    pub redactions: RedactionCounts,
     pub retention: RetentionRecord,
 }
 

@@ -165,6 +165,10 @@ impl Answered<'_> {
             status,
             detail,
             source: outcome.map(|o| o.source),
+            age_ms: call
+                .and_then(|c| c.facts.age)
+                .map(|age| age.as_millis() as u64),
+            redactions: outcome.map(|o| o.redactions.clone()).unwrap_or_default(),
             retention: RetentionRecord {
                 policy: setting.retention.as_str().to_owned(),
                 ttl_ms: setting.retention_ttl.as_millis() as u64,

@@ -261,6 +261,7 @@ impl OutcomeSource for RecordedTurn<'_> {
             duration: record.duration_ms.map(Duration::from_millis),
             observed_at: std::time::UNIX_EPOCH
                 + Duration::from_millis(u64::try_from(record.observed_at_ms).unwrap_or(0)),
+            age: record.age_ms.map(Duration::from_millis),
         };
         Ok((outcome, facts))
     }
@@ -484,7 +485,7 @@ fn replay_outcome(
     };
     outcome.version = record.version.clone();
     outcome.revision = record.upstream_revision.clone();
-    Ok(outcome)
+    Ok(outcome.with_redactions(record.redactions.clone()))
 }
 
 /// The items of an `OK` answer in their recorded order, or `None` when they cannot be

@@ -49,6 +49,7 @@ async fn lookup_within(provider: &HttpProvider, limit: u32, within: Duration) ->
         value: VALUE,
         limit,
         deadline: Instant::now() + within,
+        secrets: Default::default(),
     };
     let outcome = provider.lookup(&call).await;
     assert_clean(&outcome);
@@ -326,6 +327,7 @@ async fn a_deadline_already_past_sends_nothing() {
         value: VALUE,
         limit: 2,
         deadline: Instant::now(),
+        secrets: Default::default(),
     };
     let outcome = provider.lookup(&call).await;
     assert_failed(&outcome, ProviderStatus::Timeout, Some("DEADLINE"));

@@ -50,6 +50,7 @@ async fn lookup(provider: &SqliteProvider, id: &str, customer: &str, limit: u32)
             value: customer,
             limit,
             deadline: Instant::now() + Duration::from_millis(500),
+            secrets: Default::default(),
         })
         .await
 }

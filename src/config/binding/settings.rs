@@ -1,11 +1,12 @@
 //! The settings a provider's table and `[defaults]` share (timeout, concurrency, pool,
-//! circuit, cache, retention): checked where they are written, then merged — the
-//! provider's own value, else the `[defaults]` value, else the built-in default.
+//! circuit, cache, secrets, retention): checked where they are written, then merged —
+//! the provider's own value, else the `[defaults]` value, else the built-in default.
 
 use super::{CacheSettings, CircuitSettings, DEFAULT_RETENTION_TTL, DEFAULT_TIMEOUT_MS, Retention};
 use crate::config::field_path;
 use crate::providers::PoolSettings;
 use crate::providers::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
+use crate::providers::redact::SecretHandling;
 use crate::validation::Problems;
 use serde::Deserialize;
 use std::time::Duration;
@@ -26,6 +27,7 @@ pub(super) struct RawSettings {
     circuit: RawCircuit,
     #[serde(default)]
     cache: RawCache,
+    secrets: Option<String>,
     retention: Option<String>,
     retention_ttl: Option<String>,
 }
@@ -54,6 +56,8 @@ struct RawCircuit {
 #[serde(deny_unknown_fields)]
 struct RawCache {
     ttl: Option<String>,
+    not_found_ttl: Option<String>,
+    required_max_age: Option<String>,
 }
 
 /// Settings checked where they are written; `None` = not set there (or invalid).
@@ -73,6 +77,10 @@ pub(super) struct Partial {
     half_open_max_ms: Option<u64>,
     /// `Some(zero)` disables a cache that `[defaults]` enables.
     cache_ttl: Option<Duration>,
+    /// `Some(zero)`: `NOT_FOUND` answers are not kept, whatever `[defaults]` says.
+    cache_not_found_ttl: Option<Duration>,
+    cache_required_max_age: Option<Duration>,
+    secrets: Option<SecretHandling>,
     retention: Option<Retention>,
     retention_ttl: Option<Duration>,
 }
@@ -170,6 +178,30 @@ pub(super) fn check_settings(problems: &mut Problems, path: &str, raw: RawSettin
             .ttl
             .as_deref()
             .and_then(|ttl| problems.duration(&at("cache.ttl"), ttl, true, MAX_CACHE_TTL, "1h")),
+        cache_not_found_ttl: raw.cache.not_found_ttl.as_deref().and_then(|ttl| {
+            problems.duration(&at("cache.not_found_ttl"), ttl, true, MAX_CACHE_TTL, "1h")
+        }),
+        cache_required_max_age: raw.cache.required_max_age.as_deref().and_then(|age| {
+            problems.duration(
+                &at("cache.required_max_age"),
+                age,
+                true,
+                MAX_CACHE_TTL,
+                "1h",
+            )
+        }),
+        secrets: raw.secrets.as_deref().and_then(|text| {
+            let handling = SecretHandling::parse(text);
+            if handling.is_none() {
+                problems.add(
+                    &at("secrets"),
+                    format!(
+                        "{text:?} is not a way to handle secrets: use \"refuse\" or \"redact\""
+                    ),
+                );
+            }
+            handling
+        }),
         retention: raw.retention.as_deref().and_then(|text| {
             let retention = Retention::parse(text);
             if retention.is_none() {
@@ -193,6 +225,7 @@ pub(super) struct Merged {
     pub(super) pool: PoolSettings,
     pub(super) circuit: CircuitSettings,
     pub(super) cache: CacheSettings,
+    pub(super) secrets: SecretHandling,
     pub(super) retention: Retention,
     pub(super) retention_ttl: Duration,
 }
@@ -238,8 +271,125 @@ pub(super) fn merge(own: &Partial, defaults: &Partial) -> Merged {
                 .cache_ttl
                 .or(defaults.cache_ttl)
                 .filter(|ttl| !ttl.is_zero()),
+            not_found_ttl: own
+                .cache_not_found_ttl
+                .or(defaults.cache_not_found_ttl)
+                .filter(|ttl| !ttl.is_zero()),
+            required_max_age: pick!(cache_required_max_age, Duration::ZERO),
         },
+        secrets: pick!(secrets, SecretHandling::default()),
         retention: pick!(retention, Retention::default()),
         retention_ttl: pick!(retention_ttl, DEFAULT_RETENTION_TTL),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Binding, ProviderBinding};
+    use super::*;
+    use std::path::Path;
+
+    fn parse(text: &str) -> Result<Binding, crate::config::ConfigErrors> {
+        Binding::parse(text, Path::new("/srv/ctxd/bindings"))
+    }
+
+    /// A binding with `[defaults]` lines and two http providers, `crm` with its own lines.
+    fn binding(defaults: &str, crm: &str) -> String {
+        format!(
+            "revision = \"r1\"\n[defaults]\n{defaults}\n\
+             [providers.crm]\ntype = \"http\"\nendpoint = \"https://crm.internal/context\"\n{crm}\n\
+             [providers.other]\ntype = \"http\"\nendpoint = \"https://other.internal/context\"\n"
+        )
+    }
+
+    fn provider<'b>(binding: &'b Binding, id: &str) -> &'b ProviderBinding {
+        &binding.providers[id]
+    }
+
+    /// The one problem of `text`: `(path, message)`.
+    fn problem(text: &str) -> (String, String) {
+        let errors = parse(text).expect_err(text);
+        assert_eq!(errors.errors.len(), 1, "{errors}");
+        let problem = &errors.errors[0];
+        (problem.path.clone(), problem.message.clone())
+    }
+
+    #[test]
+    fn cache_settings_merge_and_default_to_no_not_found_caching() {
+        let text = binding(
+            "cache = { ttl = \"60s\", not_found_ttl = \"10s\", required_max_age = \"5s\" }",
+            "cache = { not_found_ttl = \"0s\" }",
+        );
+        let parsed = parse(&text).unwrap();
+        let crm = provider(&parsed, "crm");
+        assert_eq!(crm.cache.ttl, Some(Duration::from_secs(60)));
+        assert_eq!(crm.cache.not_found_ttl, None, "\"0s\" keeps no NOT_FOUND");
+        assert_eq!(crm.cache.required_max_age, Duration::from_secs(5));
+        let other = provider(&parsed, "other");
+        assert_eq!(other.cache.not_found_ttl, Some(Duration::from_secs(10)));
+
+        let plain = parse(&binding("", "cache = { ttl = \"30s\" }")).unwrap();
+        let crm = provider(&plain, "crm");
+        assert_eq!(crm.cache.ttl, Some(Duration::from_secs(30)));
+        assert_eq!(crm.cache.not_found_ttl, None);
+        assert_eq!(crm.cache.required_max_age, Duration::ZERO);
+        assert_eq!(provider(&plain, "other").cache, CacheSettings::default());
+    }
+
+    #[test]
+    fn secrets_is_refuse_unless_a_binding_says_redact() {
+        let parsed = parse(&binding("secrets = \"redact\"", "secrets = \"refuse\"")).unwrap();
+        assert_eq!(provider(&parsed, "crm").secrets, SecretHandling::Refuse);
+        assert_eq!(provider(&parsed, "other").secrets, SecretHandling::Redact);
+        let plain = parse(&binding("", "")).unwrap();
+        assert_eq!(provider(&plain, "crm").secrets, SecretHandling::Refuse);
+    }
+
+    #[test]
+    fn bad_cache_and_secrets_values_are_named() {
+        let cases = [
+            (
+                binding("", "cache = { not_found_ttl = \"2h\" }"),
+                "providers.crm.cache.not_found_ttl",
+                "use at most \"1h\"",
+            ),
+            (
+                binding("cache = { required_max_age = \"soon\" }", ""),
+                "defaults.cache.required_max_age",
+                "is not a duration",
+            ),
+            (
+                binding("", "cache = { ttl = \"1m\", stale = \"5s\" }"),
+                "providers.crm.cache.stale",
+                "",
+            ),
+            (
+                binding("", "secrets = \"mask\""),
+                "providers.crm.secrets",
+                "use \"refuse\" or \"redact\"",
+            ),
+        ];
+        for (text, path, needle) in cases {
+            let (found, message) = problem(&text);
+            assert_eq!(found, path, "{message}");
+            assert!(message.contains(needle), "{message}");
+        }
+    }
+
+    #[test]
+    fn the_digest_covers_the_cache_and_secrets_settings() {
+        let digest = |defaults: &str| parse(&binding(defaults, "")).unwrap().digest;
+        let base = digest("cache = { ttl = \"60s\" }");
+        assert_eq!(
+            base,
+            digest("cache = { ttl = \"1m\", required_max_age = \"0s\" }")
+        );
+        for changed in [
+            "cache = { ttl = \"60s\", not_found_ttl = \"10s\" }",
+            "cache = { ttl = \"60s\", required_max_age = \"1s\" }",
+            "cache = { ttl = \"60s\" }\nsecrets = \"redact\"",
+        ] {
+            assert_ne!(base, digest(changed), "{changed}");
+        }
     }
 }

@@ -144,6 +144,8 @@ pub(crate) fn turn(
             status: spec.status,
             detail: None,
             source: Some(Source::Live),
+            age_ms: None,
+            redactions: Default::default(),
             retention: RetentionRecord {
                 policy: spec.retention.to_owned(),
                 ttl_ms,
