@@ -1,6 +1,7 @@
 //! Integration tests: the `ctxd` binary run as a user would, on real files.
 
 mod api_limits;
+mod cache;
 mod cli_build;
 mod cli_doctor;
 mod cli_output;
@@ -14,6 +15,7 @@ mod metrics;
 mod provenance;
 mod provider_server;
 mod readme_demo;
+mod redaction;
 mod serve;
 mod server;
 mod sqlite_bounds;
