@@ -4,7 +4,8 @@
 //! cargo bench --bench load -- [--duration SECS] [--warmup SECS] [--concurrency N]
 //!     [--providers 1,4,8] [--overhead-providers N|none] [--rounds N] [--soak SECS]
 //!     [--soak-providers N] [--skip-load] [--workers N] [--client-threads N]
-//!     [--mock-threads N] [--compare-ctxd PATH] [--out DIR]
+//!     [--mock-threads N] [--compare-ctxd PATH] [--repeated FRACTION]
+//!     [--repeated-providers N] [--out DIR]
 //! ```
 //!
 //! - **Mock providers**: one hand-written HTTP/1.1 `context-provider.v1` server per
@@ -44,6 +45,14 @@
 //!   a change to the turn path reports its before/after CPU per turn, since absolute
 //!   figures drift between runs and same-run ratios hold. Not in the half-saturation
 //!   phase or the soak.
+//! - **Repeated values** (`--repeated FRACTION`, e.g. `0.9`): two fresh ctxd at
+//!   `--repeated-providers` (default 4), one whose binding caches every provider
+//!   (`cache = { ttl = "60s" }`, side `cached`) and one without, interleaved, both
+//!   driven with turns of which FRACTION ask one of [`HOT_VALUES`] values and the rest
+//!   values not asked before. The mocks count the lookups they receive (describes
+//!   apart): each side's upstream lookups over its measured window, per provider call
+//!   of its turns, show what the cache and the coalescing of identical lookups save.
+//!   Runs with `--skip-load` too (then the figures go to `DIR/repeated.json`).
 //! - **Soak** (`--soak SECS`): a fresh ctxd at `--soak-providers` (default 4), closed
 //!   loop for SECS, ctxd's `VmRSS` sampled every second. "Flat": the mean of the last
 //!   5 s, and every sample after the 10 s warm-up, within 5 % of the mean of the 5 s
@@ -82,6 +91,8 @@ const SECRET_ENV: &str = "CTXD_LOAD_PROVIDER_TOKEN";
 const DIGEST_KEY_ENV: &str = "CTXD_LOAD_DIGEST_KEY";
 /// Lookup values cycle over this many customers.
 const CUSTOMERS: u64 = 10_000;
+/// The values repeated turns ask for (`--repeated`).
+const HOT_VALUES: u64 = 100;
 /// The requested `limit` of every lookup (the Project's `maxItems`).
 const LIMIT: u32 = 5;
 /// The soak's warm-up, after which RSS must stay flat.
@@ -111,6 +122,9 @@ struct Args {
     mock_threads: usize,
     /// A second ctxd binary measured beside the bench's own (`--compare-ctxd`).
     compare_ctxd: Option<PathBuf>,
+    /// The fraction of turns asking for a repeated value in the cache run (`--repeated`).
+    repeated: Option<f64>,
+    repeated_providers: usize,
     out: PathBuf,
 }
 
@@ -119,7 +133,7 @@ fn usage() -> ! {
         "usage: cargo bench --bench load -- [--duration SECS] [--warmup SECS] [--concurrency N] \
          [--providers 1,4,8] [--overhead-providers N|none] [--rounds N] [--soak SECS] [--soak-providers N] \
          [--skip-load] [--workers N] [--client-threads N] [--mock-threads N] [--compare-ctxd PATH] \
-         [--out DIR]"
+         [--repeated FRACTION] [--repeated-providers N] [--out DIR]"
     );
     std::process::exit(2)
 }
@@ -139,6 +153,8 @@ fn parse_args() -> Args {
         client_threads: 2,
         mock_threads: 2,
         compare_ctxd: None,
+        repeated: None,
+        repeated_providers: 4,
         out: target_dir().join("bench/load"),
     };
     let mut it = std::env::args().skip(1);
@@ -189,6 +205,15 @@ fn parse_args() -> Args {
                 }
                 args.compare_ctxd = Some(path)
             }
+            "--repeated" => {
+                let fraction = it.next().and_then(|v| v.parse::<f64>().ok());
+                args.repeated = Some(
+                    fraction
+                        .filter(|f| (0.0..=1.0).contains(f))
+                        .unwrap_or_else(|| usage()),
+                )
+            }
+            "--repeated-providers" => args.repeated_providers = number(it.next()),
             "--out" => args.out = PathBuf::from(it.next().unwrap_or_else(|| usage())),
             "-h" | "--help" => usage(),
             other => {
@@ -224,7 +249,10 @@ struct Mock {
     connections: Arc<AtomicU64>,
 }
 
-async fn start_mock(index: usize) -> Mock {
+/// Lookups (not describes) received by every mock together: the upstream calls.
+type Lookups = Arc<AtomicU64>;
+
+async fn start_mock(index: usize, lookups: Lookups) -> Mock {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("mock binds");
     let address = listener.local_addr().unwrap();
     let lookup = http_response(
@@ -257,12 +285,13 @@ async fn start_mock(index: usize) -> Mock {
                 continue;
             };
             accepted.fetch_add(1, Ordering::Relaxed);
-            let (lookup, describe, counter) = (
+            let (lookup, describe, counter, lookups) = (
                 Arc::clone(&lookup),
                 Arc::clone(&describe),
                 Arc::clone(&counter),
+                Arc::clone(&lookups),
             );
-            tokio::spawn(serve_connection(stream, lookup, describe, counter));
+            tokio::spawn(serve_connection(stream, lookup, describe, counter, lookups));
         }
     });
     Mock {
@@ -290,6 +319,7 @@ async fn serve_connection(
     lookup: Arc<[u8]>,
     describe: Arc<[u8]>,
     counter: Arc<AtomicU64>,
+    lookups: Lookups,
 ) {
     let _ = stream.set_nodelay(true);
     let mut buffer: Vec<u8> = Vec::with_capacity(8192);
@@ -315,6 +345,7 @@ async fn serve_connection(
         let answer = if find(&buffer[head_end..end], b"\"describe\"").is_some() {
             &describe
         } else {
+            lookups.fetch_add(1, Ordering::Relaxed);
             &lookup
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -351,10 +382,14 @@ fn project_json(providers: usize) -> String {
 /// One HTTP binding per provider. `max_concurrency` and the idle pool are raised above
 /// the defaults (64 and 32) so that neither refuses or churns connections at 64
 /// concurrent turns; everything else is the default (timeout 1000 ms, digest retention).
-fn binding_toml(mocks: &[SocketAddr]) -> String {
+/// With `cache`, every provider keeps answers for 60 s (`[defaults.cache]`).
+fn binding_toml(mocks: &[SocketAddr], cache: bool) -> String {
     let mut text = String::from(
         "revision = \"load-1\"\n\n[defaults]\nmax_concurrency = 1024\n\n[defaults.pool]\nmax_idle_per_host = 256\n",
     );
+    if cache {
+        text.push_str("\n[defaults.cache]\nttl = \"60s\"\n");
+    }
     for (k, address) in mocks.iter().enumerate() {
         let _ = write!(
             text,
@@ -398,6 +433,58 @@ impl CtxdBinary {
             path,
         }
     }
+
+    /// The bench's own binary, serving with every provider cached.
+    fn cached() -> CtxdBinary {
+        CtxdBinary {
+            label: "cached",
+            ..CtxdBinary::bench()
+        }
+    }
+}
+
+/// What a ctxd side serves: whether its binding caches, which values its turns ask.
+#[derive(Clone, Copy)]
+struct Workload {
+    cache: bool,
+    values: Values,
+}
+
+impl Workload {
+    const PLAIN: Workload = Workload {
+        cache: false,
+        values: Values::Cycle,
+    };
+}
+
+/// Which lookup value turn `i` asks for.
+#[derive(Clone, Copy)]
+enum Values {
+    /// Cycling over [`CUSTOMERS`] values: none repeats within 10 000 turns.
+    Cycle,
+    /// This fraction of turns (spread evenly over every thousand) ask one of
+    /// [`HOT_VALUES`] values; the others ask values no turn asked before (until the
+    /// 9 900 others are used up).
+    Repeated(f64),
+}
+
+impl Values {
+    fn value(self, i: u64) -> String {
+        let number = match self {
+            Values::Cycle => i % CUSTOMERS,
+            Values::Repeated(fraction) => {
+                let hot = (fraction * 1000.0).round() as u64;
+                let (round, place) = (i / 1000, i % 1000);
+                if place < hot {
+                    i % HOT_VALUES
+                } else {
+                    let cold = round * (1000 - hot) + (place - hot);
+                    HOT_VALUES + cold % (CUSTOMERS - HOT_VALUES)
+                }
+            }
+        };
+        format!("CUST-{number:04}")
+    }
 }
 
 struct CtxdProcess {
@@ -409,12 +496,17 @@ struct CtxdProcess {
 
 impl CtxdProcess {
     /// Every binary gets the same deployment, each in its own temp dir (and trace store).
-    fn start(binary: &CtxdBinary, mocks: &[SocketAddr], workers: Option<usize>) -> CtxdProcess {
+    fn start(
+        binary: &CtxdBinary,
+        mocks: &[SocketAddr],
+        workers: Option<usize>,
+        cache: bool,
+    ) -> CtxdProcess {
         let bench_dir = target_dir().join("bench");
         std::fs::create_dir_all(&bench_dir).unwrap();
         let dir = tempfile::tempdir_in(&bench_dir).unwrap();
         std::fs::write(dir.path().join("project.json"), project_json(mocks.len())).unwrap();
-        std::fs::write(dir.path().join("binding.toml"), binding_toml(mocks)).unwrap();
+        std::fs::write(dir.path().join("binding.toml"), binding_toml(mocks, cache)).unwrap();
         let config = dir.path().join("ctxd.toml");
         std::fs::write(&config, config_toml()).unwrap();
         let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
@@ -564,12 +656,15 @@ impl ServedCtxd {
         runtime: &Runtime,
         ready_client: &reqwest::Client,
         client: reqwest::Client,
+        workload: Workload,
     ) -> ServedCtxd {
-        let mut process = CtxdProcess::start(binary, mocks, workers);
+        let mut process = CtxdProcess::start(binary, mocks, workers, workload.cache);
         process.wait_ready(runtime, ready_client);
         let answered = Arc::new(AtomicU64::new(0));
         let target = Arc::new(Target {
             client,
+            values: workload.values,
+            asked: AtomicU64::new(0),
             side: Side::Ctxd {
                 label: binary.label,
                 pid: process.pid(),
@@ -646,6 +741,10 @@ enum Side {
 
 struct Target {
     client: reqwest::Client,
+    values: Values,
+    /// Turns this target has sent, every slice and warm-up included: repeated values
+    /// are drawn by it, so a value "not asked before" is one no earlier slice asked.
+    asked: AtomicU64,
     side: Side,
 }
 
@@ -666,7 +765,12 @@ impl Target {
     }
 
     async fn turn(&self, i: u64) -> Result<(), String> {
-        let value = format!("CUST-{:04}", i % CUSTOMERS);
+        let value = match self.values {
+            Values::Cycle => self.values.value(i),
+            Values::Repeated(_) => self
+                .values
+                .value(self.asked.fetch_add(1, Ordering::Relaxed)),
+        };
         match &self.side {
             Side::Ctxd {
                 label,
@@ -1212,6 +1316,8 @@ struct Phase {
     peak_source: &'static str,
     /// Deltas of ctxd's `/metrics` histograms over the measured window(s).
     metrics: Option<BTreeMap<&'static str, Histogram>>,
+    /// Lookups the mocks received over the measured window(s): the upstream calls.
+    upstream_lookups: u64,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -1275,6 +1381,11 @@ impl Phase {
         seconds * 1000.0 / self.turns().max(1) as f64
     }
 
+    /// Upstream lookups per provider call a turn made: 1 without a cache.
+    fn upstream_per_call(&self) -> f64 {
+        self.upstream_lookups as f64 / (self.turns() * self.providers).max(1) as f64
+    }
+
     fn overhead_p99_seconds(&self) -> Option<f64> {
         let histogram = self.metrics.as_ref()?.get(OVERHEAD_METRIC)?;
         histogram.quantile_upper(0.99).filter(|v| v.is_finite())
@@ -1290,6 +1401,7 @@ impl Phase {
         self.peak_rss_kib = self.peak_rss_kib.max(other.peak_rss_kib);
         self.bench_peak_rss_kib = self.bench_peak_rss_kib.max(other.bench_peak_rss_kib);
         self.rounds += other.rounds;
+        self.upstream_lookups += other.upstream_lookups;
         self.metrics = match (self.metrics.take(), other.metrics) {
             (Some(mut mine), Some(theirs)) => {
                 for (name, histogram) in theirs {
@@ -1356,6 +1468,8 @@ impl Phase {
                 "mocks": self.per_1000(self.cpu.mock),
                 "total": self.per_1000(self.cpu_total()),
             },
+            "upstream_lookups": self.upstream_lookups,
+            "upstream_lookups_per_provider_call": self.upstream_per_call(),
             "peak_rss_kib": self.peak_rss_kib,
             "peak_rss_process": self.peak_rss_process,
             "bench_process_peak_rss_kib": self.bench_peak_rss_kib,
@@ -1403,6 +1517,8 @@ struct PhaseSettings<'a> {
     duration: Duration,
     rounds: usize,
     metrics_client: &'a reqwest::Client,
+    /// Every mock's lookups, counted together.
+    upstream: &'a AtomicU64,
 }
 
 /// The order of the sides in slice round `round`: forward in even rounds, backward in
@@ -1476,6 +1592,7 @@ impl Machine {
         let metrics_before = scrape_metrics();
         let reset = pid.as_deref().is_none_or(reset_peak) & reset_peak("self");
         let before = cpu_snapshot(ctxd_pid);
+        let upstream_before = settings.upstream.load(Ordering::Relaxed);
         let (mut sampled_peak, mut sampled_bench_peak) = (0, 0);
         while Instant::now() < t1 {
             if let Some(pid) = &pid {
@@ -1487,6 +1604,7 @@ impl Machine {
             );
         }
         let after = cpu_snapshot(ctxd_pid);
+        let upstream_lookups = settings.upstream.load(Ordering::Relaxed) - upstream_before;
         let (_, ctxd_hwm) = pid.as_deref().map_or((0, 0), memory_kib);
         let (_, bench_hwm) = memory_kib("self");
         let metrics_after = scrape_metrics();
@@ -1532,6 +1650,7 @@ impl Machine {
                 "VmRSS sampled every 250 ms"
             },
             metrics: metric_deltas(&metrics_before, &metrics_after),
+            upstream_lookups,
         }
     }
 }
@@ -1654,6 +1773,7 @@ fn soak(
         runtime,
         &client,
         client.clone(),
+        Workload::PLAIN,
     );
     let answered = Arc::clone(&ctxd.answered);
     let start = Instant::now();
@@ -2153,6 +2273,32 @@ impl Versus {
     }
 }
 
+/// The `--repeated` run: a caching ctxd and a plain one on the same value mix.
+struct Repeated {
+    fraction: f64,
+    cached: Phase,
+    plain: Phase,
+}
+
+impl Repeated {
+    fn json(&self) -> Value {
+        json!({
+            "repeated_fraction": self.fraction,
+            "hot_values": HOT_VALUES,
+            "binding": "every provider cache = { ttl = \"60s\" } (cached side), none (plain side)",
+            "cached": self.cached.json(),
+            "plain": self.plain.json(),
+            "upstream_lookups_per_provider_call": {
+                "cached": self.cached.upstream_per_call(),
+                "plain": self.plain.upstream_per_call(),
+            },
+            "throughput_ratio": self.cached.throughput() / self.plain.throughput(),
+            "ctxd_cpu_per_turn_ratio": self.cached.per_1000(self.cached.cpu.ctxd)
+                / self.plain.per_1000(self.plain.cpu.ctxd),
+        })
+    }
+}
+
 struct Overhead {
     providers: usize,
     rate: f64,
@@ -2207,6 +2353,7 @@ fn main() {
         .iter()
         .copied()
         .chain(args.soak.map(|_| args.soak_providers))
+        .chain(args.repeated.map(|_| args.repeated_providers))
         .max()
         .unwrap_or(1);
 
@@ -2222,10 +2369,11 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let lookups: Lookups = Arc::default();
     let mocks: Vec<Mock> = mock_runtime.block_on(async {
         let mut mocks = Vec::new();
         for index in 1..=max_providers {
-            mocks.push(start_mock(index).await);
+            mocks.push(start_mock(index, Arc::clone(&lookups)).await);
         }
         mocks
     });
@@ -2264,12 +2412,15 @@ fn main() {
                     &client_runtime,
                     &side_client,
                     client(pool),
+                    Workload::PLAIN,
                 )
             };
             let ctxd = serve(&CtxdBinary::bench());
             let compare = compare_binary.as_ref().map(serve);
             let raw_target = Arc::new(Target {
                 client: client(pool),
+                values: Values::Cycle,
+                asked: AtomicU64::new(0),
                 side: Side::Raw {
                     urls: mocks
                         .iter()
@@ -2284,6 +2435,7 @@ fn main() {
                 duration: args.duration,
                 rounds: args.rounds,
                 metrics_client: &side_client,
+                upstream: &lookups,
             };
             let mut targets = vec![&ctxd.target, &raw_target];
             targets.extend(compare.as_ref().map(|c| &c.target));
@@ -2359,6 +2511,64 @@ fn main() {
             });
         }
     }
+
+    let repeated = args.repeated.map(|fraction| {
+        let providers = args.repeated_providers;
+        let mocks = &addresses[..providers];
+        let values = Values::Repeated(fraction);
+        let serve = |binary: &CtxdBinary, cache: bool| {
+            let workload = Workload { cache, values };
+            ServedCtxd::start(
+                binary,
+                mocks,
+                args.workers,
+                &client_runtime,
+                &side_client,
+                client(pool),
+                workload,
+            )
+        };
+        let cached = serve(&CtxdBinary::cached(), true);
+        let plain = serve(&CtxdBinary::bench(), false);
+        let settings = PhaseSettings {
+            providers,
+            load: Load::Closed(args.concurrency),
+            warmup: args.warmup,
+            duration: args.duration,
+            rounds: args.rounds,
+            metrics_client: &side_client,
+            upstream: &lookups,
+        };
+        let mut phases = machine
+            .interleave(&client_runtime, &[&cached.target, &plain.target], &settings)
+            .into_iter();
+        let run = Repeated {
+            fraction,
+            cached: phases.next().unwrap(),
+            plain: phases.next().unwrap(),
+        };
+        println!(
+            "\nrepeated values: {:.0} % of turns ask one of {HOT_VALUES} values, {providers} providers/turn; side cached: every provider cache = {{ ttl = \"60s\" }}\n{HEADER}",
+            fraction * 100.0
+        );
+        println!("{}", fmt_row(&run.cached, None));
+        let ratio = run.cached.throughput() / run.plain.throughput();
+        println!("{}", fmt_row(&run.plain, Some(ratio)));
+        for phase in [&run.cached, &run.plain] {
+            warn_foreign(phase);
+            println!(
+                "  {}: {} upstream lookups for {} provider calls ({:.3} per call)",
+                phase.side,
+                phase.upstream_lookups,
+                phase.turns() * phase.providers,
+                phase.upstream_per_call()
+            );
+        }
+        for served in [cached, plain] {
+            println!("  {} traces: {}", served.target.name(), served.stop().describe());
+        }
+        run
+    });
 
     let soak = args.soak.map(|seconds| {
         println!(
@@ -2475,13 +2685,14 @@ fn main() {
             },
         })),
         "soak": soak.as_ref().map(Soak::json),
+        "repeated": repeated.as_ref().map(Repeated::json),
         "targets": targets,
     });
-    // A soak-only run does not overwrite the load results.
-    let results_path = args.out.join(if args.skip_load {
-        "soak.json"
-    } else {
-        "results.json"
+    // A soak-only or repeated-only run does not overwrite the load results.
+    let results_path = args.out.join(match (args.skip_load, &repeated) {
+        (false, _) => "results.json",
+        (true, Some(_)) => "repeated.json",
+        (true, None) => "soak.json",
     });
     std::fs::write(
         &results_path,
