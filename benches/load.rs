@@ -2398,25 +2398,37 @@ fn main() {
         );
     }
 
+    let serve = |binary: &CtxdBinary, mocks: &[SocketAddr], workload: Workload| {
+        ServedCtxd::start(
+            binary,
+            mocks,
+            args.workers,
+            &client_runtime,
+            &side_client,
+            client(pool),
+            workload,
+        )
+    };
+    // The settings of a closed-loop phase at `providers` per turn.
+    let closed_loop_phase = |providers: usize| PhaseSettings {
+        providers,
+        load: Load::Closed(args.concurrency),
+        warmup: args.warmup,
+        duration: args.duration,
+        rounds: args.rounds,
+        metrics_client: &side_client,
+        upstream: &lookups,
+    };
     let mut runs: Vec<Run> = Vec::new();
     let mut overhead: Option<Overhead> = None;
     if !args.skip_load {
         for &providers in &args.providers {
             assert!(providers <= addresses.len());
             let mocks = &addresses[..providers];
-            let serve = |binary: &CtxdBinary| {
-                ServedCtxd::start(
-                    binary,
-                    mocks,
-                    args.workers,
-                    &client_runtime,
-                    &side_client,
-                    client(pool),
-                    Workload::PLAIN,
-                )
-            };
-            let ctxd = serve(&CtxdBinary::bench());
-            let compare = compare_binary.as_ref().map(serve);
+            let ctxd = serve(&CtxdBinary::bench(), mocks, Workload::PLAIN);
+            let compare = compare_binary
+                .as_ref()
+                .map(|binary| serve(binary, mocks, Workload::PLAIN));
             let raw_target = Arc::new(Target {
                 client: client(pool),
                 values: Values::Cycle,
@@ -2428,15 +2440,7 @@ fn main() {
                         .collect(),
                 },
             });
-            let mut settings = PhaseSettings {
-                providers,
-                load: Load::Closed(args.concurrency),
-                warmup: args.warmup,
-                duration: args.duration,
-                rounds: args.rounds,
-                metrics_client: &side_client,
-                upstream: &lookups,
-            };
+            let mut settings = closed_loop_phase(providers);
             let mut targets = vec![&ctxd.target, &raw_target];
             targets.extend(compare.as_ref().map(|c| &c.target));
             let mut phases = machine
@@ -2516,29 +2520,9 @@ fn main() {
         let providers = args.repeated_providers;
         let mocks = &addresses[..providers];
         let values = Values::Repeated(fraction);
-        let serve = |binary: &CtxdBinary, cache: bool| {
-            let workload = Workload { cache, values };
-            ServedCtxd::start(
-                binary,
-                mocks,
-                args.workers,
-                &client_runtime,
-                &side_client,
-                client(pool),
-                workload,
-            )
-        };
-        let cached = serve(&CtxdBinary::cached(), true);
-        let plain = serve(&CtxdBinary::bench(), false);
-        let settings = PhaseSettings {
-            providers,
-            load: Load::Closed(args.concurrency),
-            warmup: args.warmup,
-            duration: args.duration,
-            rounds: args.rounds,
-            metrics_client: &side_client,
-            upstream: &lookups,
-        };
+        let cached = serve(&CtxdBinary::cached(), mocks, Workload { cache: true, values });
+        let plain = serve(&CtxdBinary::bench(), mocks, Workload { cache: false, values });
+        let settings = closed_loop_phase(providers);
         let mut phases = machine
             .interleave(&client_runtime, &[&cached.target, &plain.target], &settings)
             .into_iter();

@@ -5,7 +5,7 @@
 //! never, and a layer that requires current data takes no answer older than its rule.
 
 use crate::provider_server::{Behaviour, ProviderServer, RunningProvider};
-use crate::server::{Ctxd, Deployment, TenantSpec, client, provider, turn};
+use crate::server::{Ctxd, Deployment, TenantSpec, client, provider, trace_of, turn};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -55,23 +55,6 @@ fn answering(delay: Duration) -> ProviderServer {
         ])
         .currentness(Some("CURRENT"))
         .delay(delay)
-}
-
-/// The turn's trace, once the writer has committed it.
-async fn trace_of(ctxd: &Ctxd, turn_id: &str) -> Value {
-    for _ in 0..200 {
-        let response = client()
-            .get(ctxd.url(&format!("/v1/traces/{turn_id}")))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .unwrap();
-        if response.status() == 200 {
-            return response.json().await.unwrap();
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("turn {turn_id} never reached the trace store");
 }
 
 async fn metrics(ctxd: &Ctxd) -> String {
@@ -250,11 +233,11 @@ async fn a_cached_answer_is_traced_as_such_and_replays_like_any_other() {
     let cached_id = cached["turnId"].as_str().unwrap();
     let age = provider(&cached, "crm")["ageMs"].as_u64().unwrap();
 
-    let trace = trace_of(&ctxd, cached_id).await;
+    let trace = trace_of(&ctxd, KEY, cached_id).await;
     let record = &trace["providers"][0];
     assert_eq!(record["source"], "CACHE", "{record:#}");
     assert_eq!(record["ageMs"].as_u64(), Some(age));
-    let live_trace = trace_of(&ctxd, live["turnId"].as_str().unwrap()).await;
+    let live_trace = trace_of(&ctxd, KEY, live["turnId"].as_str().unwrap()).await;
     let live_record = &live_trace["providers"][0];
     assert_eq!(live_record["source"], "LIVE");
     assert!(live_record.get("ageMs").is_none());

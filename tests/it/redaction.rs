@@ -5,9 +5,9 @@
 //! keeps the default still refuses the answer (`SECRET_DETECTED`).
 
 use crate::provider_server::{Behaviour, ProviderServer};
-use crate::server::{Ctxd, Deployment, TenantSpec, client, layer_status, provider, turn};
+use crate::server::{Ctxd, Deployment, TenantSpec, layer_status, provider, trace_of, turn};
 use rusqlite::Connection;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::path::Path;
 use std::time::Duration;
 
@@ -50,22 +50,6 @@ fn notes_database(folder: &Path) -> String {
         )
         .unwrap();
     path.display().to_string()
-}
-
-async fn trace_of(ctxd: &Ctxd, turn_id: &str) -> Value {
-    for _ in 0..200 {
-        let response = client()
-            .get(ctxd.url(&format!("/v1/traces/{turn_id}")))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .unwrap();
-        if response.status() == 200 {
-            return response.json().await.unwrap();
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("turn {turn_id} never reached the trace store");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,7 +106,7 @@ async fn redacted_items_are_kept_counted_and_never_carry_the_secret() {
     assert_eq!(crm["source"], "CACHE");
     assert_eq!(crm["redactions"], json!({"private_key": 1}));
 
-    let trace = trace_of(&ctxd, body["turnId"].as_str().unwrap()).await;
+    let trace = trace_of(&ctxd, KEY, body["turnId"].as_str().unwrap()).await;
     let records = trace["providers"].as_array().unwrap();
     let record = |id: &str| records.iter().find(|r| r["provider"] == id).unwrap();
     assert_eq!(record("crm")["redactions"], json!({"private_key": 1}));

@@ -222,3 +222,21 @@ pub fn layer_status<'a>(response: &'a Value, id: &str) -> &'a str {
         .and_then(|l| l["status"].as_str())
         .unwrap_or_else(|| panic!("no layer {id} in {response:#}"))
 }
+
+/// `GET /v1/traces/{turnId}` with a bearer key, polled until the trace writer has
+/// committed the turn (traces appear within the batch window).
+pub async fn trace_of(ctxd: &Ctxd, key: &str, turn_id: &str) -> Value {
+    for _ in 0..200 {
+        let response = client()
+            .get(ctxd.url(&format!("/v1/traces/{turn_id}")))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        if response.status() == 200 {
+            return response.json().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("turn {turn_id} never reached the trace store");
+}
