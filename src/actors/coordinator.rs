@@ -1,9 +1,10 @@
 //! `Coordinator`: the request coordinator, one actor per HTTP worker, started on that
 //! worker's thread so turn throughput scales with workers. For each turn it runs the
 //! turn pipeline (`turn`): plans with the gating core, fans out every invocation
-//! concurrently under the turn deadline — admission through each provider's gate, the
-//! I/O on this thread — assembles with the kernel, captures the trace and queues it for
-//! the trace writer.
+//! concurrently under the turn deadline — a cached provider's kept answer, or admission
+//! through the provider's gate and the I/O on this thread (for a cached provider in a
+//! task of its own, shared by every turn asking the same) — assembles with the kernel,
+//! captures the trace and queues it for the trace writer.
 //!
 //! Why an actor and not a function: it is the one owner of its worker's turns. Its
 //! bounded mailbox (`MAILBOX_CAPACITY`) is the worker's turn queue — the API awaits each
@@ -386,7 +387,8 @@ impl ServedProviders<'_> {
         match tokio::time::timeout_at(self.turn_deadline, fetch).await {
             Ok(Ok(fetched)) => Served::from_cache(&fetched, asked),
             Ok(Err(failed)) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
-            // Cancelled: the worker is stopping.
+            // The turn's deadline passed first (the call goes on for the others), or the
+            // task was cancelled because the worker is stopping.
             Ok(Err(_)) | Err(_) => Served::timed_out(),
         }
     }

@@ -1,6 +1,7 @@
 //! Starting and stopping the runtime: from the resolved deployment (every tenant's
 //! Projects and Bindings, refused on a fatal problem), starts one `ProviderActor` per
-//! tenant × binding file × provider id (spread over a few arbiters), and
+//! tenant × binding file × provider id (spread over a few arbiters) and, for a tenant
+//! with a cached provider, its response cache store (its share of `[cache]`), and
 //! shuts down in order — providers stop and pools close only after the HTTP server has
 //! finished its in-flight turns.
 
