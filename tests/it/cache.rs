@@ -81,8 +81,33 @@ async fn a_hundred_concurrent_turns_with_one_value_reach_the_provider_once() {
     assert!(before.contains("ctxd_cache_evictions_total{provider=\"crm\",cause=\"size\"} 0"));
     assert!(before.contains("ctxd_cache_bytes 0"));
 
-    let turns = (0..100).map(|_| turn(&ctxd, KEY, lookup(None)));
-    let answers = futures_util::future::join_all(turns).await;
+    // One client for the hundred turns: building a client reads the system's CA roots,
+    // and a hundred of them built at once on the test's two threads would leave early
+    // connections unwritten past the server's header deadline.
+    let url = ctxd.url("/v1/turns");
+    let http = client();
+    let turns = (0..100).map(|_| {
+        let (url, http) = (url.clone(), http.clone());
+        tokio::spawn(async move {
+            let response = http
+                .post(url)
+                .bearer_auth(KEY)
+                .json(&lookup(None))
+                .send()
+                .await
+                .expect("ctxd answers");
+            let status = response.status().as_u16();
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        })
+    });
+    let answers: Vec<(u16, Value)> = futures_util::future::join_all(turns)
+        .await
+        .into_iter()
+        .map(|joined| joined.expect("the turn task ends"))
+        .collect();
     for (status, body) in &answers {
         assert_eq!(*status, 200, "{body:#}");
         let crm = provider(body, "crm");
