@@ -34,6 +34,7 @@ use crate::providers::redact::redacted;
 use crate::resilience::breaker::{CallResult, classify};
 use crate::resilience::cache::{KeptAnswer, ProviderCache};
 use crate::telemetry::metrics;
+use crate::trace::writer::Backpressure;
 use crate::turn::{self, Ask, OutcomeSource, ProviderTraceSettings, TurnFacts, UnknownProfile};
 use actix::prelude::*;
 use std::convert::Infallible;
@@ -95,10 +96,11 @@ pub(crate) enum TurnError {
     UnknownProfile(String),
     #[error("{field}: {message}")]
     InvalidField { field: String, message: String },
-    /// The trace queue stayed full for the whole backpressure wait: the turn is not
-    /// answered, because an answered turn without its trace would break provenance.
-    #[error("the trace writer is not keeping up; the turn was not answered")]
-    TraceBackpressure,
+    /// The trace could not be queued — the queue stayed full for the whole backpressure
+    /// wait, or the store or its disk has no room: the turn is not answered, because an
+    /// answered turn without its trace would break provenance.
+    #[error("{0}; the turn was not answered")]
+    TraceBackpressure(Backpressure),
 }
 
 impl Handler<RunTurn> for Coordinator {
@@ -165,6 +167,11 @@ async fn run_turn(
         .get(&request.project)
         .ok_or_else(|| TurnError::UnknownProject(request.project.clone()))?;
     let project = &runtime.project;
+    // A store without room refuses the turn before any provider is called.
+    if let Some(no_room) = registry.traces.no_room() {
+        metrics::trace_backpressure();
+        return Err(TurnError::TraceBackpressure(Backpressure::NoRoom(no_room)));
+    }
     let ask = Ask {
         profile: request.profile.as_deref(),
         objective: request.objective.as_deref(),
@@ -217,12 +224,7 @@ async fn run_turn(
     if record_build {
         trace.build = Some((project.digest.clone(), runtime.build_json.clone()));
     }
-    if registry
-        .traces
-        .enqueue(trace, registry.trace_wait)
-        .await
-        .is_err()
-    {
+    if let Err(refused) = registry.traces.enqueue(trace, registry.trace_wait).await {
         if record_build {
             runtime.build_recorded.store(false, Ordering::Release);
         }
@@ -237,9 +239,17 @@ async fn run_turn(
         {
             let _ = registry.handles.delete(&tenant.id, &handle.id, now);
         }
-        tracing::error!(tenant = %tenant.id, project = %project.id(), "trace queue full: turn refused");
+        match refused {
+            // The writer logs when the store runs out of room, not every turn it refuses.
+            Backpressure::NoRoom(_) => {
+                tracing::debug!(tenant = %tenant.id, project = %project.id(), "trace store has no room: turn refused");
+            }
+            Backpressure::Full { .. } | Backpressure::Stopped => {
+                tracing::error!(tenant = %tenant.id, project = %project.id(), "trace queue full: turn refused");
+            }
+        }
         metrics::trace_backpressure();
-        return Err(TurnError::TraceBackpressure);
+        return Err(TurnError::TraceBackpressure(refused));
     }
     // Everything the coordinator did, trace capture and queueing included.
     let handled = started.elapsed();

@@ -15,6 +15,7 @@ use crate::resilience::cache::{CacheScope, CacheStore, ProviderCache};
 use crate::telemetry::metrics::CacheMetrics;
 use crate::trace::DigestKey;
 use crate::trace::store::{ReaderPool, ReaderPoolSettings};
+use crate::trace::upkeep::StoreBounds;
 use crate::trace::writer::{self, TraceSender, TraceWriterHandle, WriterSettings};
 use actix::prelude::*;
 use anyhow::{anyhow, bail};
@@ -140,6 +141,11 @@ impl Topology {
             queue_capacity: config.trace.queue_capacity,
             batch_size: config.trace.batch_size,
             batch_delay: config.trace.batch_delay,
+            keeping: config.record_keeping(),
+            bounds: StoreBounds {
+                max_store_bytes: config.trace.max_store_bytes,
+                min_free_bytes: config.trace.min_free_bytes,
+            },
             ..WriterSettings::default()
         };
         let (traces, writer) =

@@ -51,7 +51,9 @@ async fn healthz() -> HttpResponse {
 }
 
 /// The replica's state for a load balancer: 503 while starting (until every provider
-/// finished its first probe) and while shutting down; otherwise 200 with `ready` or
+/// finished its first probe), while shutting down, and while the trace store or its disk
+/// has no room for another turn's trace (`trace_store_full` / `trace_disk_full`, with the
+/// figures in `reason`: every turn would be refused); otherwise 200 with `ready` or
 /// `degraded` (some provider's last probe failed — its turns still answer, with that
 /// provider's failures as statuses). Without a key that is all; with a tenant's key the
 /// answer adds that tenant's providers (and no one else's) and the replica's turns.
@@ -67,14 +69,20 @@ async fn readyz(request: HttpRequest, state: web::Data<ApiState>) -> HttpRespons
     let starting =
         snapshots.iter().any(|s| s.ready.is_none()) || snapshots.len() < state.providers.len();
     let degraded = snapshots.iter().any(|s| s.ready == Some(false));
+    let no_room = state.registry.traces.no_room();
     let status = if starting {
         "starting"
+    } else if let Some(no_room) = &no_room {
+        no_room.code()
     } else if degraded {
         "degraded"
     } else {
         "ready"
     };
     let mut body = json!({"status": status});
+    if let Some(no_room) = &no_room {
+        body["reason"] = json!(no_room.to_string());
+    }
     if let Some(tenant) = tenant {
         let providers: Vec<_> = snapshots
             .iter()
@@ -95,7 +103,7 @@ async fn readyz(request: HttpRequest, state: web::Data<ApiState>) -> HttpRespons
         body["providers"] = json!(providers);
         body["turns"] = json!({"inFlight": turns.in_flight, "finished": turns.finished});
     }
-    if starting {
+    if starting || no_room.is_some() {
         HttpResponse::ServiceUnavailable().json(body)
     } else {
         HttpResponse::Ok().json(body)

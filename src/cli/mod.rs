@@ -6,6 +6,7 @@ mod doctor;
 mod output;
 mod preview;
 mod provider_check;
+mod prune;
 mod replay;
 mod serve;
 mod test;

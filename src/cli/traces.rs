@@ -42,6 +42,9 @@ pub(crate) enum TracesCommand {
     Search(SearchArgs),
     /// Print one turn's record and all its provider records
     Show(ShowArgs),
+    /// Delete turn records (with their provider records) and handle operations that
+    /// started before a time, oldest first, in small transactions beside a running server
+    Prune(super::prune::PruneArgs),
 }
 
 /// Where the trace store is.
@@ -128,6 +131,7 @@ pub(crate) fn run_with(
     match &args.command {
         TracesCommand::Search(search) => run_search(search, env, out),
         TracesCommand::Show(show) => run_show(show, env, out),
+        TracesCommand::Prune(prune) => super::prune::run(prune, out),
     }
 }
 
@@ -211,6 +215,20 @@ fn open(
     location: &StoreArgs,
     env: Option<&EnvVars>,
 ) -> anyhow::Result<(TraceReader, Option<String>)> {
+    let (path, key_source) = locate(location)?;
+    let key = match env.map(|env| super::replay::digest_key(&key_source, env)) {
+        Some(Ok(key)) => Ok(Some(key)),
+        Some(Err(why)) => Err(format!("{why:#}")),
+        None => Ok(None),
+    };
+    let reader = TraceReader::open(&path, key.as_ref().ok().and_then(Option::as_ref))
+        .context("cannot read traces")?;
+    Ok((reader, key.err()))
+}
+
+/// The store `--store` or the config's `[trace] store` names, which must exist (a
+/// command of `traces` never creates one), and where its digest key comes from.
+pub(super) fn locate(location: &StoreArgs) -> anyhow::Result<(PathBuf, DigestKeySource)> {
     let (path, key_source) = match &location.store {
         Some(store) => {
             let path = super::store_file(store);
@@ -247,14 +265,7 @@ fn open(
             super::shown_path(&path)
         );
     }
-    let key = match env.map(|env| super::replay::digest_key(&key_source, env)) {
-        Some(Ok(key)) => Ok(Some(key)),
-        Some(Err(why)) => Err(format!("{why:#}")),
-        None => Ok(None),
-    };
-    let reader = TraceReader::open(&path, key.as_ref().ok().and_then(Option::as_ref))
-        .context("cannot read traces")?;
-    Ok((reader, key.err()))
+    Ok((path, key_source))
 }
 
 fn parse_provider_status(text: &str) -> Result<ProviderStatus, String> {

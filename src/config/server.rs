@@ -75,6 +75,13 @@ pub(crate) struct TraceSettings {
     pub(crate) batch_delay: Duration,
     /// How long a turn waits for room in a full queue before `503`.
     pub(crate) backpressure_wait: Duration,
+    /// How long turn records and handle operations are kept (`keep`); `None`: until
+    /// pruned by hand (`"forever"`).
+    pub(crate) keep: Option<Duration>,
+    /// Bytes the store (pages in use and the WAL) may hold before turns are refused.
+    pub(crate) max_store_bytes: Option<u64>,
+    /// Bytes the store's filesystem keeps free: below them turns are refused.
+    pub(crate) min_free_bytes: u64,
 }
 
 /// Where traces are written.
@@ -100,6 +107,8 @@ pub(crate) struct TenantConfig {
     pub(crate) api_key: ApiKey,
     /// Most turns of this tenant in flight at once.
     pub(crate) max_in_flight: usize,
+    /// This tenant's own `trace_keep`, when it differs from `[trace] keep`.
+    pub(crate) trace_keep: Option<Option<Duration>>,
     pub(crate) projects: Vec<ProjectRef>,
 }
 
@@ -247,6 +256,9 @@ struct RawTrace {
     batch_size: Option<i64>,
     batch_ms: Option<i64>,
     backpressure_ms: Option<i64>,
+    keep: Option<String>,
+    max_store_bytes: Option<i64>,
+    min_free_bytes: Option<i64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -279,6 +291,7 @@ struct RawTenant {
     api_key_sha256: Option<String>,
     api_key_env: Option<String>,
     max_in_flight: Option<i64>,
+    trace_keep: Option<String>,
     projects: Option<Vec<RawProject>>,
 }
 
@@ -396,7 +409,30 @@ fn check_trace(problems: &mut Problems, raw: RawTrace, base_dir: &Path) -> Optio
         raw.backpressure_ms.unwrap_or(200),
         0..=10_000,
     );
+    let keep = check_keep(
+        problems,
+        "trace.keep",
+        raw.keep.as_deref().unwrap_or(DEFAULT_KEEP),
+    );
+    let max_store_bytes = raw.max_store_bytes.map(|bytes| {
+        problems.int_in(
+            "trace.max_store_bytes",
+            bytes,
+            STORE_BYTES_RANGE.0..=STORE_BYTES_RANGE.1,
+        )
+    });
+    let min_free_bytes = problems.int_in(
+        "trace.min_free_bytes",
+        raw.min_free_bytes.unwrap_or(DEFAULT_MIN_FREE_BYTES),
+        0..=STORE_BYTES_RANGE.1,
+    );
     Some(TraceSettings {
+        keep: keep?,
+        max_store_bytes: match max_store_bytes {
+            Some(bytes) => Some(bytes? as u64),
+            None => None,
+        },
+        min_free_bytes: min_free_bytes? as u64,
         store: store?,
         digest_key_env: name_ok.then_some(digest_key_env)?,
         generate_digest_key: raw.generate_digest_key.unwrap_or(false),
@@ -602,6 +638,26 @@ fn check_metrics(problems: &mut Problems, raw: RawMetrics) -> Option<MetricsSett
     })
 }
 
+/// How long records are kept unless `[trace] keep` says otherwise.
+const DEFAULT_KEEP: &str = "30d";
+/// The longest `keep` (written as in the config).
+const LONGEST_KEEP: (Duration, &str) = (Duration::from_secs(3650 * 86_400), "3650d");
+/// Bytes the trace store's filesystem keeps free unless the config says otherwise.
+const DEFAULT_MIN_FREE_BYTES: i64 = 128 * 1024 * 1024;
+const STORE_BYTES_RANGE: (i64, i64) = (1024 * 1024, 1 << 50);
+
+/// A keep: a duration such as `"30d"` or `"12h"`, or `"forever"` (until pruned by
+/// hand). `Some(None)` is forever; `None` a problem at `path`.
+fn check_keep(problems: &mut Problems, path: &str, text: &str) -> Option<Option<Duration>> {
+    if text.trim() == "forever" {
+        return Some(None);
+    }
+    let (max, max_text) = LONGEST_KEEP;
+    problems
+        .duration(path, text, false, max, max_text)
+        .map(Some)
+}
+
 fn check_tenants(
     problems: &mut Problems,
     value: Option<toml::Value>,
@@ -661,14 +717,24 @@ fn check_tenants(
             raw.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT),
             lo..=hi,
         );
+        let trace_keep = raw
+            .trace_keep
+            .as_deref()
+            .map(|text| check_keep(problems, &key_path(&path, "trace_keep"), text));
         let projects = check_projects(problems, &path, raw.projects, base_dir);
         if let (Some(id), Some(api_key), Some(max_in_flight), Some(projects)) =
             (id, api_key, max_in_flight, projects)
         {
+            let trace_keep = match trace_keep {
+                None => None,
+                Some(Some(keep)) => Some(keep),
+                Some(None) => continue,
+            };
             tenants.push(TenantConfig {
                 id,
                 api_key,
                 max_in_flight: max_in_flight as usize,
+                trace_keep,
                 projects,
             });
         }

@@ -5,8 +5,24 @@
 use super::{EnvVars, TraceSettings, TraceStore};
 use crate::trace::DigestKey;
 use crate::trace::digest::{DigestKeyError, GENERATED_KEY_FILE, MIN_KEY_BYTES};
+use crate::trace::upkeep::RecordKeeping;
 use crate::validation::Problem;
 use std::path::{Path, PathBuf};
+
+impl super::ServerConfig {
+    /// How long each tenant's trace records are kept: `[trace] keep`, and the tenants
+    /// with a `trace_keep` of their own.
+    pub(crate) fn record_keeping(&self) -> RecordKeeping {
+        RecordKeeping {
+            default_keep: self.trace.keep,
+            tenants: self
+                .tenants
+                .iter()
+                .filter_map(|tenant| tenant.trace_keep.map(|keep| (tenant.id.clone(), keep)))
+                .collect(),
+        }
+    }
+}
 
 impl TraceSettings {
     /// The trace store's file.

@@ -37,6 +37,11 @@ pub(crate) const TRACE_BATCHES: &str = "ctxd_trace_batches_total";
 pub(crate) const TRACE_RECORDS: &str = "ctxd_trace_records_total";
 pub(crate) const TRACE_WRITE_DURATION: &str = "ctxd_trace_write_duration_seconds";
 pub(crate) const TRACE_BACKPRESSURE: &str = "ctxd_trace_backpressure_total";
+pub(crate) const TRACE_PRUNED: &str = "ctxd_trace_records_pruned_total";
+pub(crate) const TRACE_STORE_BYTES: &str = "ctxd_trace_store_bytes";
+pub(crate) const TRACE_DISK_AVAILABLE: &str = "ctxd_trace_disk_available_bytes";
+pub(crate) const TRACE_OLDEST_AGE: &str = "ctxd_trace_oldest_record_age_seconds";
+pub(crate) const TRACE_STORE_OUT_OF_ROOM: &str = "ctxd_trace_store_out_of_room";
 pub(crate) const HANDLE_OPERATIONS: &str = "ctxd_handle_operations_total";
 pub(crate) const REPLAYS_RATE_LIMITED: &str = "ctxd_replays_rate_limited_total";
 pub(crate) const CACHE_HITS: &str = "ctxd_cache_hits_total";
@@ -103,10 +108,16 @@ fn zero_at_start(tenant_label: bool) {
         }
         metrics::counter!(REPLAYS_RATE_LIMITED).increment(0);
     }
-    for counter in [TRACE_BATCHES, TRACE_RECORDS, TRACE_BACKPRESSURE] {
+    for counter in [
+        TRACE_BATCHES,
+        TRACE_RECORDS,
+        TRACE_BACKPRESSURE,
+        TRACE_PRUNED,
+    ] {
         metrics::counter!(counter).increment(0);
     }
     metrics::gauge!(TRACE_QUEUE_DEPTH).set(0.0);
+    metrics::gauge!(TRACE_STORE_OUT_OF_ROOM).increment(0.0);
     if !tenant_label {
         // Summed from every tenant's store as changes; with the tenant label, a
         // tenant's gauge appears when its first cached provider is bound.
@@ -160,7 +171,30 @@ fn describe() {
     );
     describe_counter!(
         TRACE_BACKPRESSURE,
-        "Turns refused because the trace queue stayed full"
+        "Turns refused because their trace could not be queued: the queue stayed full, or the store or its disk had no room"
+    );
+    describe_counter!(
+        TRACE_PRUNED,
+        "Trace records (turn and provider records) deleted past their keep"
+    );
+    describe_gauge!(
+        TRACE_STORE_BYTES,
+        Unit::Bytes,
+        "Bytes the trace store holds: pages in use and the WAL"
+    );
+    describe_gauge!(
+        TRACE_DISK_AVAILABLE,
+        Unit::Bytes,
+        "Bytes available on the trace store's filesystem"
+    );
+    describe_gauge!(
+        TRACE_OLDEST_AGE,
+        Unit::Seconds,
+        "Age of the oldest turn record in the trace store"
+    );
+    describe_gauge!(
+        TRACE_STORE_OUT_OF_ROOM,
+        "1 while the trace store or its disk has no room for another turn's trace (turns are refused with 503)"
     );
     describe_counter!(
         HANDLE_OPERATIONS,
@@ -454,6 +488,29 @@ pub(crate) fn trace_queue_depth(depth: usize) {
     metrics::gauge!(TRACE_QUEUE_DEPTH).set(depth as f64);
 }
 
+/// The trace writer measured its store.
+pub(crate) fn trace_store_measured(usage: &crate::trace::upkeep::StoreUsage) {
+    metrics::gauge!(TRACE_STORE_BYTES).set(usage.used_bytes as f64);
+    if let Some(available) = usage.disk_available {
+        metrics::gauge!(TRACE_DISK_AVAILABLE).set(available as f64);
+    }
+}
+
+/// Whether the trace store has room for another turn's trace.
+pub(crate) fn trace_store_out_of_room(out_of_room: bool) {
+    metrics::gauge!(TRACE_STORE_OUT_OF_ROOM).set(if out_of_room { 1.0 } else { 0.0 });
+}
+
+/// Trace records deleted past their keep.
+pub(crate) fn trace_records_pruned(records: u64) {
+    metrics::counter!(TRACE_PRUNED).increment(records);
+}
+
+/// The oldest turn record's age.
+pub(crate) fn trace_oldest_record_age(age_ms: i64) {
+    metrics::gauge!(TRACE_OLDEST_AGE).set(age_ms.max(0) as f64 / 1000.0);
+}
+
 /// A turn was refused because its trace could not be queued.
 pub(crate) fn trace_backpressure() {
     metrics::counter!(TRACE_BACKPRESSURE).increment(1);
@@ -571,6 +628,8 @@ mod tests {
             "ctxd_trace_backpressure_total 0\n",
             "ctxd_trace_batches_total 0\n",
             "ctxd_trace_queue_depth 0\n",
+            "ctxd_trace_records_pruned_total 0\n",
+            "ctxd_trace_store_out_of_room 0\n",
             "ctxd_replays_rate_limited_total 0\n",
             "ctxd_cache_bytes 0\n",
         ] {

@@ -11,6 +11,7 @@ pub(crate) mod digest;
 pub(crate) mod query;
 pub mod record;
 pub mod store;
+pub(crate) mod upkeep;
 pub mod writer;
 
 pub use digest::{DigestKey, DigestKeyError};

@@ -17,6 +17,20 @@
 //!   traces or when its oldest trace has waited `batch_delay`, whichever comes first.
 //!   At start and every `purge_interval` the writer deletes retained content past its
 //!   expiry.
+//! - **Keep.** Between batches, as often as [`RecordKeeping::check_every`] says, the
+//!   writer deletes each tenant's records past their keep (`[trace] keep`, a tenant's
+//!   `trace_keep`): at most [`PRUNE_BATCH`] turns per tenant and transaction, then the
+//!   next batch of traces; while a tenant has more to delete the next check comes after
+//!   [`PRUNE_BACKLOG_PAUSE`]. Freed pages go back to the filesystem (new stores use
+//!   incremental auto-vacuum) or stay on the free list for new rows.
+//! - **Room.** After every commit and prune the writer measures the store (pages in use
+//!   and the WAL) and the room on its filesystem. Every trace reserves
+//!   [`DISK_BYTES_PER_RECORD_BYTE`](super::upkeep::DISK_BYTES_PER_RECORD_BYTE) times its encoded size while it is queued or being
+//!   written; `enqueue` refuses a trace that would take the store past
+//!   `max_store_bytes` or leave less than `min_free_bytes` on the disk
+//!   ([`Backpressure::NoRoom`]), so a turn is refused with 503 before it could be
+//!   answered untraced. The writer logs when the store runs out of room and when it has
+//!   room again.
 //! - **Failures.** A failed commit keeps its batch and retries it with backoff (10 ms
 //!   doubling to 2 s), logging counts and the store error — never record content — and
 //!   counting `write_errors`. While it retries it reads no new traces, so the queue
@@ -39,7 +53,10 @@
 
 use super::DigestKey;
 use super::record::TurnTrace;
-use super::store::{HandleOperationRow, Queued, RowEncoder, StoreError, TraceStore, Written};
+use super::store::{
+    HandleOperationRow, Pruned, Queued, RowEncoder, StoreError, TraceStore, Written,
+};
+use super::upkeep::{NoRoom, RecordKeeping, StoreBounds, StoreUsage};
 use crate::trace::record::HandleOpRecord;
 use crossbeam_channel::{
     Receiver, RecvTimeoutError, Sender, TrySendError, bounded, select, unbounded,
@@ -90,9 +107,20 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// First and longest sleep of `enqueue` while the queue is full.
 const FIRST_PAUSE: Duration = Duration::from_micros(250);
 const MAX_PAUSE: Duration = Duration::from_millis(10);
+/// Most turns of one tenant one prune transaction deletes.
+pub(crate) const PRUNE_BATCH: usize = 500;
+/// The next prune check while a tenant still has records past their keep.
+pub(crate) const PRUNE_BACKLOG_PAUSE: Duration = Duration::from_millis(50);
+/// Free pages given back to the filesystem after a prune batch, at most.
+const RELEASED_PAGES: u32 = 4096;
+/// How often the store is measured and its oldest record's age exported when no keep
+/// asks for more frequent checks.
+const MEASURE_INTERVAL: Duration = Duration::from_secs(10);
+/// The least size of "a typical trace" the room check keeps free for the next turn.
+const MIN_TYPICAL_BYTES: u64 = 4096;
 
 /// How the writer batches and how large its mailbox is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriterSettings {
     /// Traces the queue holds before `enqueue` waits (8192).
     pub(crate) queue_capacity: usize,
@@ -102,6 +130,10 @@ pub struct WriterSettings {
     pub(crate) batch_delay: Duration,
     /// How often expired retained content is purged (60 s).
     pub(crate) purge_interval: Duration,
+    /// How long each tenant's records are kept (kept until pruned by hand by default).
+    pub(crate) keeping: RecordKeeping,
+    /// The room the store may take (no bound of its own, nothing kept free by default).
+    pub(crate) bounds: StoreBounds,
 }
 
 impl Default for WriterSettings {
@@ -111,6 +143,8 @@ impl Default for WriterSettings {
             batch_size: 256,
             batch_delay: Duration::from_millis(50),
             purge_interval: Duration::from_secs(60),
+            keeping: RecordKeeping::default(),
+            bounds: StoreBounds::default(),
         }
     }
 }
@@ -119,10 +153,13 @@ impl Default for WriterSettings {
 /// dropped silently, the turn was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Backpressure {
-    #[error("the trace queue stayed full for {waited:?}")]
+    #[error("the trace writer is not keeping up: its queue stayed full for {waited:?}")]
     Full { waited: Duration },
     #[error("the trace writer has stopped")]
     Stopped,
+    /// Writing the trace would cross the store's or the disk's bound.
+    #[error("{0}")]
+    NoRoom(NoRoom),
 }
 
 /// A snapshot of the writer's counters.
@@ -140,6 +177,8 @@ pub struct WriterStats {
     pub write_errors: u64,
     /// Retained items purged after their expiry.
     pub(crate) purged: u64,
+    /// Turn records plus provider records deleted past their keep.
+    pub(crate) pruned: u64,
     /// How long the last committed batch took.
     pub(crate) last_batch: Duration,
 }
@@ -147,6 +186,19 @@ pub struct WriterStats {
 /// State shared by the senders, the handle and the thread.
 #[derive(Default)]
 struct Shared {
+    bounds: StoreBounds,
+    /// Bytes of encoded rows queued or in the batch being written (see
+    /// [`Queued::encoded_bytes`]).
+    pending_bytes: AtomicU64,
+    /// The writer's last measure of the store ([`StoreUsage`]); `disk_available` is
+    /// `u64::MAX` when the filesystem could not be measured.
+    used_bytes: AtomicU64,
+    reusable_bytes: AtomicU64,
+    disk_available: AtomicU64,
+    pruned: AtomicU64,
+    /// The mean encoded size of the last batch's traces (at least [`MIN_TYPICAL_BYTES`]):
+    /// the room a turn about to start is expected to need.
+    typical_bytes: AtomicU64,
     batches: AtomicU64,
     records: AtomicU64,
     turns: AtomicU64,
@@ -170,8 +222,61 @@ impl Shared {
             handle_operations: self.handle_operations.load(Ordering::Relaxed),
             write_errors: self.write_errors.load(Ordering::Relaxed),
             purged: self.purged.load(Ordering::Relaxed),
+            pruned: self.pruned.load(Ordering::Relaxed),
             last_batch: Duration::from_micros(self.last_batch_micros.load(Ordering::Relaxed)),
         }
+    }
+
+    fn usage(&self) -> StoreUsage {
+        StoreUsage {
+            used_bytes: self.used_bytes.load(Ordering::Relaxed),
+            reusable_bytes: self.reusable_bytes.load(Ordering::Relaxed),
+            disk_available: match self.disk_available.load(Ordering::Relaxed) {
+                u64::MAX => None,
+                bytes => Some(bytes),
+            },
+        }
+    }
+
+    fn measured(&self, usage: StoreUsage) {
+        self.used_bytes.store(usage.used_bytes, Ordering::Relaxed);
+        self.reusable_bytes
+            .store(usage.reusable_bytes, Ordering::Relaxed);
+        self.disk_available
+            .store(usage.disk_available.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Whether the store has room for what is in flight plus `extra` bytes.
+    fn no_room(&self, extra: u64) -> Option<NoRoom> {
+        let pending = self.pending_bytes.load(Ordering::Relaxed);
+        self.bounds
+            .refusal(&self.usage(), pending.saturating_add(extra))
+    }
+
+    /// Whether the store lacks room for one more typical trace beyond what is in flight:
+    /// the state `/readyz`, the turn's early check and the writer's log report.
+    fn out_of_room(&self) -> Option<NoRoom> {
+        self.no_room(
+            self.typical_bytes
+                .load(Ordering::Relaxed)
+                .max(MIN_TYPICAL_BYTES),
+        )
+    }
+
+    /// Reserves `bytes` for a trace about to be queued, or says why there is no room.
+    fn reserve(&self, bytes: u64) -> Result<(), NoRoom> {
+        let pending = self.pending_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        match self.bounds.refusal(&self.usage(), pending) {
+            None => Ok(()),
+            Some(no_room) => {
+                self.pending_bytes.fetch_sub(bytes, Ordering::AcqRel);
+                Err(no_room)
+            }
+        }
+    }
+
+    fn release(&self, bytes: u64) {
+        self.pending_bytes.fetch_sub(bytes, Ordering::AcqRel);
     }
 
     fn committed(&self, written: Written, took: Duration) {
@@ -206,16 +311,27 @@ pub fn spawn(
     };
     let (queue_tx, queue_rx) = bounded(settings.queue_capacity);
     let (control_tx, control_rx) = unbounded();
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared {
+        bounds: settings.bounds,
+        ..Shared::default()
+    });
+    // Measured before the first trace is taken, so a store that is already full refuses
+    // the first turn.
+    shared.measured(store.usage()?);
+    let tenants = store.tenants()?;
     let writer = Writer {
         path: path.to_path_buf(),
         store,
         shared: Arc::clone(&shared),
-        settings,
         batch: Vec::with_capacity(settings.batch_size),
         batch_deadline: None,
         // Content that expired while the server was down goes first.
         next_purge: Instant::now(),
+        next_upkeep: Instant::now(),
+        prune_next_tenant: 0,
+        tenants: tenants.into_iter().collect(),
+        out_of_room: None,
+        settings,
     };
     let thread = std::thread::Builder::new()
         .name(THREAD_NAME.to_owned())
@@ -262,6 +378,9 @@ impl TraceSender {
     /// passed; then `Err(Backpressure)` — the caller answers 503. Never a silent drop.
     pub async fn enqueue(&self, trace: TurnTrace, wait: Duration) -> Result<(), Backpressure> {
         let started = Instant::now();
+        if let Some(no_room) = self.shared.no_room(0) {
+            return Err(Backpressure::NoRoom(no_room));
+        }
         let rows = Queued::Turn(Box::new(self.encoder.encode(&trace)));
         drop(trace);
         self.send_within(rows, started, wait).await
@@ -286,15 +405,21 @@ impl TraceSender {
         started: Instant,
         wait: Duration,
     ) -> Result<(), Backpressure> {
+        let bytes = rows.encoded_bytes();
+        self.shared.reserve(bytes).map_err(Backpressure::NoRoom)?;
         let mut pause = FIRST_PAUSE;
         loop {
             match self.try_send(rows) {
                 Ok(()) => return Ok(()),
-                Err(SendFailure::Stopped) => return Err(Backpressure::Stopped),
+                Err(SendFailure::Stopped) => {
+                    self.shared.release(bytes);
+                    return Err(Backpressure::Stopped);
+                }
                 Err(SendFailure::Full(back)) => {
                     rows = back;
                     let waited = started.elapsed();
                     if waited >= wait {
+                        self.shared.release(bytes);
                         return Err(Backpressure::Full { waited });
                     }
                     tokio::time::sleep(pause.min(wait - waited)).await;
@@ -321,6 +446,12 @@ impl TraceSender {
     /// Traces waiting in the queue.
     pub(crate) fn queue_depth(&self) -> usize {
         self.queue_tx.len()
+    }
+
+    /// Why a turn would be refused now for want of room in the store, if it would:
+    /// checked before a turn calls its providers, and shown by `/readyz`.
+    pub(crate) fn no_room(&self) -> Option<NoRoom> {
+        self.shared.out_of_room()
     }
 }
 
@@ -399,6 +530,14 @@ struct Writer {
     /// When the oldest trace in `batch` must be committed.
     batch_deadline: Option<Instant>,
     next_purge: Instant,
+    /// The next upkeep round: records past their keep, the store's measure.
+    next_upkeep: Instant,
+    /// Where the next upkeep round starts among `tenants`, so each gets its turn.
+    prune_next_tenant: usize,
+    /// Tenants with records in the store: read at start, grown by every commit.
+    tenants: std::collections::BTreeSet<String>,
+    /// Why the store had no room at the last measure, for logging the change.
+    out_of_room: Option<NoRoom>,
 }
 
 impl Writer {
@@ -411,9 +550,10 @@ impl Writer {
         let mut queue_open = true;
         loop {
             let now = Instant::now();
+            let upkeep = self.next_upkeep.min(self.next_purge);
             let wake = self
                 .batch_deadline
-                .map_or(self.next_purge, |deadline| deadline.min(self.next_purge));
+                .map_or(upkeep, |deadline| deadline.min(upkeep));
             let queue = if queue_open { queue_rx } else { &never };
             select! {
                 recv(queue) -> message => match message {
@@ -466,6 +606,9 @@ impl Writer {
             if now >= self.next_purge {
                 self.purge();
             }
+            if now >= self.next_upkeep {
+                self.upkeep();
+            }
         }
     }
 
@@ -495,6 +638,7 @@ impl Writer {
             match self.store.write_queued(&self.batch) {
                 Ok(written) => {
                     self.shared.committed(written, started.elapsed());
+                    self.after_commit();
                     if attempts > 0 {
                         tracing::info!(
                             store = %self.path.display(),
@@ -562,6 +706,7 @@ impl Writer {
                 match self.store.write_queued(chunk) {
                     Ok(written) => {
                         self.shared.committed(written, started.elapsed());
+                        self.shared.release(encoded_bytes(chunk));
                         break;
                     }
                     Err(error) => {
@@ -591,6 +736,139 @@ impl Writer {
         Ok(self.shared.snapshot())
     }
 
+    /// After a committed batch: remember its tenants, release its reservation, measure
+    /// the store again.
+    fn after_commit(&mut self) {
+        for queued in &self.batch {
+            let tenant = match queued {
+                Queued::Turn(rows) => &rows.turn.tenant,
+                Queued::HandleOperation(row) => &row.tenant,
+            };
+            if !self.tenants.contains(tenant) {
+                self.tenants.insert(tenant.clone());
+            }
+        }
+        let bytes = encoded_bytes(&self.batch);
+        self.shared.release(bytes);
+        if let Some(mean) = bytes.checked_div(self.batch.len() as u64) {
+            self.shared
+                .typical_bytes
+                .store(mean.max(MIN_TYPICAL_BYTES), Ordering::Relaxed);
+        }
+        self.measure();
+    }
+
+    /// Measures the store and its disk, exports them, and logs when the store runs out
+    /// of room or has room again.
+    fn measure(&mut self) {
+        match self.store.usage() {
+            Ok(usage) => {
+                self.shared.measured(usage);
+                crate::telemetry::metrics::trace_store_measured(&usage);
+            }
+            Err(error) => tracing::warn!(
+                store = %self.path.display(),
+                error = %error,
+                "cannot measure the trace store; its last measure stands"
+            ),
+        }
+        let no_room = self.shared.out_of_room();
+        match (&self.out_of_room, &no_room) {
+            (None, Some(no_room)) => tracing::error!(
+                store = %self.path.display(),
+                reason = no_room.code(),
+                "{no_room}"
+            ),
+            (Some(_), None) => tracing::info!(
+                store = %self.path.display(),
+                "the trace store has room again: turns are answered"
+            ),
+            _ => {}
+        }
+        crate::telemetry::metrics::trace_store_out_of_room(no_room.is_some());
+        self.out_of_room = no_room;
+    }
+
+    /// One upkeep round: deletes one batch of the first tenant (in turn) that has
+    /// records past their keep, gives freed pages back, exports the oldest record's age
+    /// and measures the store.
+    fn upkeep(&mut self) {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let mut backlog = false;
+        let tenants: Vec<String> = self.tenants.iter().cloned().collect();
+        let start = self.prune_next_tenant.min(tenants.len());
+        for (index, tenant) in tenants
+            .iter()
+            .enumerate()
+            .cycle()
+            .skip(start)
+            .take(tenants.len())
+        {
+            let Some(cutoff) = self.settings.keeping.cutoff_ms(tenant, now_ms) else {
+                continue;
+            };
+            match self.store.prune_batch(tenant, cutoff, PRUNE_BATCH) {
+                Ok(pruned) if pruned == Pruned::default() => {}
+                Ok(pruned) => {
+                    self.pruned(tenant, pruned);
+                    backlog = true;
+                    self.prune_next_tenant = index + 1;
+                    break;
+                }
+                Err(error) => {
+                    tracing::error!(
+                        store = %self.path.display(),
+                        tenant = %tenant,
+                        error = %error,
+                        "pruning trace records past their keep failed; retrying at the next check"
+                    );
+                    break;
+                }
+            }
+        }
+        match self.store.oldest_started_ms() {
+            Ok(oldest) => crate::telemetry::metrics::trace_oldest_record_age(
+                oldest.map_or(0, |started| now_ms.saturating_sub(started)),
+            ),
+            Err(error) => tracing::warn!(
+                store = %self.path.display(),
+                error = %error,
+                "cannot read the oldest trace record"
+            ),
+        }
+        self.measure();
+        let every = self
+            .settings
+            .keeping
+            .check_every()
+            .unwrap_or(MEASURE_INTERVAL);
+        let pause = if backlog { PRUNE_BACKLOG_PAUSE } else { every };
+        self.next_upkeep = later(Instant::now(), pause);
+    }
+
+    fn pruned(&mut self, tenant: &str, pruned: Pruned) {
+        if let Err(error) = self.store.release_free_pages(RELEASED_PAGES) {
+            tracing::warn!(
+                store = %self.path.display(),
+                error = %error,
+                "cannot give freed trace store pages back; they stay for new rows"
+            );
+        }
+        self.shared
+            .pruned
+            .fetch_add(pruned.records(), Ordering::Relaxed);
+        crate::telemetry::metrics::trace_records_pruned(pruned.records());
+        tracing::debug!(
+            tenant = %tenant,
+            turns = pruned.turns,
+            provider_records = pruned.provider_records,
+            handle_operations = pruned.handle_operations,
+            "pruned trace records past their keep"
+        );
+    }
+
     fn purge(&mut self) {
         self.next_purge = later(Instant::now(), self.settings.purge_interval);
         let now_ms = SystemTime::now()
@@ -610,6 +888,11 @@ impl Writer {
             ),
         }
     }
+}
+
+/// The bytes a batch reserved.
+fn encoded_bytes(batch: &[Queued]) -> u64 {
+    batch.iter().map(Queued::encoded_bytes).sum()
 }
 
 fn answer(
@@ -652,6 +935,7 @@ mod tests {
             batch_size,
             batch_delay,
             purge_interval: LONG,
+            ..WriterSettings::default()
         }
     }
 

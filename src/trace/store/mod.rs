@@ -31,6 +31,7 @@
 //! | `seal` | the retention cipher (pure) |
 //! | `rows` | [`RowEncoder`] and the rows it encodes ([`TraceRows`], [`Queued`], …) |
 //! | `write` | [`TraceStore`]: the write connection and its batch transaction |
+//! | `prune` | deleting records past their keep in small transactions, measuring the store; [`Pruner`] for `ctxd traces prune` |
 //! | `read` | [`TraceReader`]: a read-only connection; runs the searches [`super::query`] plans |
 //! | `pool` | [`ReaderPool`]: a bounded set of readers, checked out per request |
 //!
@@ -43,7 +44,7 @@
 //! | `provider_records` | one per provider record, with its JSON | `(turn_seq)`, `(tenant, provider, status, turn_seq)`, `(tenant, status, turn_seq)` |
 //! | `retained_content` | one per tenant and fingerprint: nonce ‖ ciphertext | primary key `(tenant, fingerprint)`, `(expires_at_ms)` |
 //! | `builds` | one per build digest | primary key `digest` |
-//! | `handle_operations` | one per operation on a handle (v2): filter columns + the record JSON | primary key `(tenant, handle_id, sequence)` |
+//! | `handle_operations` | one per operation on a handle (v2): filter columns + the record JSON | primary key `(tenant, handle_id, sequence)`, `(tenant, at_ms)` (v3, for pruning) |
 //! | `schema_version` | one per applied migration | primary key `version` |
 //!
 //! Why these indexes: a search walks exactly one of them newest first (see
@@ -61,6 +62,7 @@
 
 mod error;
 mod pool;
+mod prune;
 mod read;
 mod rows;
 mod schema;
@@ -70,6 +72,8 @@ mod write;
 pub use super::query::{SearchPage, SearchQuery};
 pub use error::StoreError;
 pub(crate) use pool::{ReaderCheckout, ReaderPool, ReaderPoolSettings};
+pub use prune::Pruned;
+pub(crate) use prune::Pruner;
 pub use read::{StoreCounts, TraceReader};
 pub use rows::{
     HandleOperationRow, LayerRow, ProviderRow, Queued, RetainedRow, RowEncoder, TraceRows, TurnRow,

@@ -91,7 +91,57 @@ pub struct RetainedRow {
     pub expires_at_ms: i64,
 }
 
-impl TraceRows {}
+impl Queued {
+    /// About how many bytes the entry's rows hold: what the trace writer reserves on
+    /// disk for it while it is queued or in the batch being written.
+    pub(crate) fn encoded_bytes(&self) -> u64 {
+        const ROW: usize = 64;
+        let bytes = match self {
+            Queued::Turn(rows) => {
+                let turn = &rows.turn;
+                ROW + turn.turn_id.len()
+                    + turn.tenant.len()
+                    + turn.project.len()
+                    + turn.build_digest.len()
+                    + turn.rendered_digest.as_ref().map_or(0, String::len)
+                    + turn.record.len()
+                    + rows
+                        .layers
+                        .iter()
+                        .map(|l| {
+                            ROW + turn.tenant.len()
+                                + l.layer.len()
+                                + l.status.len()
+                                + l.reason.len()
+                        })
+                        .sum::<usize>()
+                    + rows
+                        .providers
+                        .iter()
+                        .map(|p| {
+                            ROW + turn.tenant.len()
+                                + p.provider.len()
+                                + p.status.len()
+                                + p.record.len()
+                        })
+                        .sum::<usize>()
+                    + rows
+                        .retained
+                        .iter()
+                        .map(|r| ROW + turn.tenant.len() + r.fingerprint.len() + r.ciphertext.len())
+                        .sum::<usize>()
+                    + rows
+                        .build
+                        .as_ref()
+                        .map_or(0, |(d, b)| ROW + d.len() + b.len())
+            }
+            Queued::HandleOperation(row) => {
+                ROW + row.tenant.len() + row.handle_id.len() + row.record.len()
+            }
+        };
+        bytes as u64
+    }
+}
 
 /// Serializes traces into rows and seals retained content. Cheap to clone; holds the
 /// derived retention key (zeroed on drop), never printed.

@@ -74,6 +74,8 @@ const MIGRATIONS: &[&str] = &[
         record TEXT NOT NULL,
         PRIMARY KEY (tenant, handle_id, sequence)
     );",
+    // 3: pruning finds a tenant's handle operations past their keep by age.
+    "CREATE INDEX handle_operations_by_age ON handle_operations (tenant, at_ms);",
 ];
 
 fn now_ms() -> i64 {

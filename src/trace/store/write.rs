@@ -2,10 +2,12 @@
 //! batch transaction that commits a turn whole or not at all.
 
 use super::error::{StoreError, sqlite};
+use super::prune::{self, Pruned};
 use super::rows::{HandleOperationRow, Queued, RowEncoder, TraceRows};
 use super::schema::{BUSY_TIMEOUT, STATEMENT_CACHE, migrate};
 use crate::trace::digest::DigestKey;
 use crate::trace::record::TurnTrace;
+use crate::trace::upkeep::StoreUsage;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior, params};
 use std::collections::HashSet;
 use std::fmt;
@@ -87,6 +89,15 @@ impl TraceStore {
         })?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(sqlite(path, "set busy_timeout"))?;
+        // Only a new file can take incremental auto-vacuum: pruned pages then go back to
+        // the filesystem. An older store keeps them on its free list, for new rows.
+        let pages: i64 = conn
+            .query_row("PRAGMA page_count", [], |row| row.get(0))
+            .map_err(sqlite(path, "read the store's size"))?;
+        if pages == 0 {
+            conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+                .map_err(sqlite(path, "set auto_vacuum=INCREMENTAL"))?;
+        }
         let mode: String = conn
             .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
             .map_err(sqlite(path, "switch to WAL"))?;
@@ -249,6 +260,37 @@ impl TraceStore {
             .prepare_cached(PURGE_EXPIRED)
             .and_then(|mut statement| statement.execute([now_ms]))
             .map_err(sqlite(&self.path, "purge expired retained content"))
+    }
+
+    /// Deletes one batch of `tenant`'s records that started before `cutoff_ms`
+    /// ([`prune::prune_batch`]).
+    pub(crate) fn prune_batch(
+        &mut self,
+        tenant: &str,
+        cutoff_ms: i64,
+        batch: usize,
+    ) -> Result<Pruned, StoreError> {
+        prune::prune_batch(&mut self.conn, &self.path, tenant, cutoff_ms, batch)
+    }
+
+    /// Every tenant with records in the store.
+    pub(crate) fn tenants(&self) -> Result<Vec<String>, StoreError> {
+        prune::tenants(&self.conn, &self.path)
+    }
+
+    /// When the first turn still in the store started.
+    pub(crate) fn oldest_started_ms(&self) -> Result<Option<i64>, StoreError> {
+        prune::oldest_started_ms(&self.conn, &self.path)
+    }
+
+    /// Gives free pages back to the filesystem (new stores only, see [`Self::open`]).
+    pub(crate) fn release_free_pages(&self, pages: u32) -> Result<(), StoreError> {
+        prune::release_free_pages(&self.conn, &self.path, pages)
+    }
+
+    /// What the store takes and the room left on its disk.
+    pub(crate) fn usage(&self) -> Result<StoreUsage, StoreError> {
+        prune::usage(&self.conn, &self.path)
     }
 
     #[cfg(test)]
