@@ -354,7 +354,7 @@ mod tests {
     }
 
     fn counts(store: &TraceStore) -> StoreCounts {
-        TraceReader::open(&store_path(&store), None)
+        TraceReader::open(&store_path(store), None)
             .unwrap()
             .counts()
             .unwrap()
