@@ -133,6 +133,7 @@ fn folder_of(file: &Path) -> PathBuf {
 mod tests {
     use super::*;
     use crate::config::ServerConfig;
+    use std::time::Duration;
 
     #[test]
     fn the_key_is_kept_in_the_store_folder() {
@@ -212,5 +213,75 @@ mod tests {
         let generated = DigestKeySource::beside(&store, "K", true);
         generated.resolve(&EnvVars::default()).unwrap();
         assert!(generated.key_file().is_file());
+    }
+
+    fn parse_with(trace: &str, tenant_extra: &str) -> Result<ServerConfig, String> {
+        ServerConfig::parse(
+            &format!(
+                "[trace]\n{trace}\n[[tenants]]\nid = \"acme\"\napi_key_env = \"ACME_KEY\"\n{tenant_extra}\n[[tenants.projects]]\npath = \"p.json\"\nbinding = \"b.toml\"\n[[tenants]]\nid = \"globex\"\napi_key_env = \"GLOBEX_KEY\"\n[[tenants.projects]]\npath = \"p.json\"\nbinding = \"b.toml\"\n"
+            ),
+            Path::new("/srv/ctxd"),
+        )
+        .map_err(|errors| errors.to_string())
+    }
+
+    #[test]
+    fn records_are_kept_thirty_days_unless_the_config_or_a_tenant_says_otherwise() {
+        let defaults = parse_with("", "").unwrap();
+        assert_eq!(defaults.trace.keep, Some(Duration::from_secs(30 * 86_400)));
+        assert_eq!(defaults.trace.max_store_bytes, None);
+        assert_eq!(defaults.trace.min_free_bytes, 128 * 1024 * 1024);
+        assert_eq!(defaults.record_keeping().tenants.len(), 0);
+
+        let config = parse_with(
+            "keep = \"12h\"\nmax_store_bytes = 1073741824\nmin_free_bytes = 0",
+            "trace_keep = \"forever\"",
+        )
+        .unwrap();
+        let keeping = config.record_keeping();
+        assert_eq!(
+            keeping.keep_for("globex"),
+            Some(Duration::from_secs(12 * 3600))
+        );
+        assert_eq!(keeping.keep_for("acme"), None);
+        assert_eq!(config.trace.max_store_bytes, Some(1 << 30));
+        assert_eq!(config.trace.min_free_bytes, 0);
+        let forever = parse_with("keep = \"forever\"", "trace_keep = \"7d\"").unwrap();
+        assert_eq!(forever.record_keeping().keep_for("globex"), None);
+        assert_eq!(
+            forever.record_keeping().keep_for("acme"),
+            Some(Duration::from_secs(7 * 86_400))
+        );
+    }
+
+    #[test]
+    fn a_keep_or_a_bound_that_cannot_be_read_is_named() {
+        for (trace, tenant_extra, needle) in [
+            (
+                "keep = \"soon\"",
+                "",
+                "trace.keep: \"soon\" is not a duration",
+            ),
+            (
+                "keep = \"0s\"",
+                "",
+                "trace.keep: \"0s\" must be longer than zero",
+            ),
+            ("keep = \"3651d\"", "", "use at most \"3650d\""),
+            ("", "trace_keep = \"1 fortnight\"", "tenants[0].trace_keep:"),
+            (
+                "max_store_bytes = 1000",
+                "",
+                "trace.max_store_bytes: 1000 is out of range",
+            ),
+            (
+                "min_free_bytes = -1",
+                "",
+                "trace.min_free_bytes: -1 is out of range",
+            ),
+        ] {
+            let errors = parse_with(trace, tenant_extra).unwrap_err();
+            assert!(errors.contains(needle), "{needle} in\n{errors}");
+        }
     }
 }

@@ -187,7 +187,12 @@ mod tests {
 
     #[test]
     fn checks_come_a_tenth_of_the_shortest_keep_apart_within_bounds() {
-        assert_eq!(keeping().check_every(), Some(SHORTEST_CHECK));
+        assert_eq!(keeping().check_every(), Some(Duration::from_millis(200)));
+        let second = RecordKeeping {
+            default_keep: Some(Duration::from_millis(500)),
+            tenants: BTreeMap::new(),
+        };
+        assert_eq!(second.check_every(), Some(SHORTEST_CHECK));
         let month = RecordKeeping {
             default_keep: Some(30 * DAY),
             tenants: BTreeMap::new(),

@@ -54,7 +54,7 @@
 use super::DigestKey;
 use super::record::TurnTrace;
 use super::store::{
-    HandleOperationRow, Pruned, Queued, RowEncoder, StoreError, TraceStore, Written,
+    HandleOperationRow, Pruned, Queued, RowEncoder, StoreError, TraceStore, Written, disk_available,
 };
 use super::upkeep::{NoRoom, RecordKeeping, StoreBounds, StoreUsage};
 use crate::trace::record::HandleOpRecord;
@@ -116,6 +116,8 @@ const RELEASED_PAGES: u32 = 4096;
 /// How often the store is measured and its oldest record's age exported when no keep
 /// asks for more frequent checks.
 const MEASURE_INTERVAL: Duration = Duration::from_secs(10);
+/// How old the measure of the store's filesystem may be when a trace asks for room.
+const DISK_RECHECK: Duration = Duration::from_millis(50);
 /// The least size of "a typical trace" the room check keeps free for the next turn.
 const MIN_TYPICAL_BYTES: u64 = 4096;
 
@@ -187,6 +189,12 @@ pub struct WriterStats {
 #[derive(Default)]
 struct Shared {
     bounds: StoreBounds,
+    /// The store's file: its filesystem is measured again by whoever checks for room
+    /// once the last measure is [`DISK_RECHECK`] old, so space taken by another process
+    /// counts within that time even while no batch commits.
+    store_path: PathBuf,
+    /// When the filesystem was last measured, in ms since the epoch.
+    disk_checked_ms: AtomicU64,
     /// Bytes of encoded rows queued or in the batch being written (see
     /// [`Queued::encoded_bytes`]).
     pending_bytes: AtomicU64,
@@ -238,7 +246,25 @@ impl Shared {
         }
     }
 
+    /// Measures the store's filesystem again when the last measure is stale.
+    fn recheck_disk(&self) {
+        let now = now_ms();
+        let last = self.disk_checked_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < DISK_RECHECK.as_millis() as u64
+            || self
+                .disk_checked_ms
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        if let Some(available) = disk_available(&self.store_path) {
+            self.disk_available.store(available, Ordering::Relaxed);
+        }
+    }
+
     fn measured(&self, usage: StoreUsage) {
+        self.disk_checked_ms.store(now_ms(), Ordering::Relaxed);
         self.used_bytes.store(usage.used_bytes, Ordering::Relaxed);
         self.reusable_bytes
             .store(usage.reusable_bytes, Ordering::Relaxed);
@@ -248,6 +274,7 @@ impl Shared {
 
     /// Whether the store has room for what is in flight plus `extra` bytes.
     fn no_room(&self, extra: u64) -> Option<NoRoom> {
+        self.recheck_disk();
         let pending = self.pending_bytes.load(Ordering::Relaxed);
         self.bounds
             .refusal(&self.usage(), pending.saturating_add(extra))
@@ -265,6 +292,7 @@ impl Shared {
 
     /// Reserves `bytes` for a trace about to be queued, or says why there is no room.
     fn reserve(&self, bytes: u64) -> Result<(), NoRoom> {
+        self.recheck_disk();
         let pending = self.pending_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
         match self.bounds.refusal(&self.usage(), pending) {
             None => Ok(()),
@@ -313,6 +341,7 @@ pub fn spawn(
     let (control_tx, control_rx) = unbounded();
     let shared = Arc::new(Shared {
         bounds: settings.bounds,
+        store_path: path.to_path_buf(),
         ..Shared::default()
     });
     // Measured before the first trace is taken, so a store that is already full refuses
@@ -749,13 +778,15 @@ impl Writer {
             }
         }
         let bytes = encoded_bytes(&self.batch);
-        self.shared.release(bytes);
         if let Some(mean) = bytes.checked_div(self.batch.len() as u64) {
             self.shared
                 .typical_bytes
                 .store(mean.max(MIN_TYPICAL_BYTES), Ordering::Relaxed);
         }
+        // Measured before the reservation goes, so the written rows are always counted
+        // once: in the measure or in the reservation.
         self.measure();
+        self.shared.release(bytes);
     }
 
     /// Measures the store and its disk, exports them, and logs when the store runs out
@@ -793,9 +824,7 @@ impl Writer {
     /// records past their keep, gives freed pages back, exports the oldest record's age
     /// and measures the store.
     fn upkeep(&mut self) {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now_ms = now_ms() as i64;
         let mut backlog = false;
         let tenants: Vec<String> = self.tenants.iter().cloned().collect();
         let start = self.prune_next_tenant.min(tenants.len());
@@ -888,6 +917,13 @@ impl Writer {
             ),
         }
     }
+}
+
+/// Milliseconds since the epoch.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The bytes a batch reserved.
@@ -1347,5 +1383,110 @@ mod tests {
             let stored = reader.turn(None, &format!("turn-{i}")).unwrap().unwrap();
             assert_eq!(stored.providers.len(), 2);
         }
+    }
+
+    #[test]
+    fn records_past_their_keep_go_in_batches_and_a_tenant_of_its_own_keeps_them() {
+        let (_dir, path) = temp_store();
+        let old = |i: i64| {
+            let tenant = if i % 2 == 0 { "acme" } else { "archive" };
+            testing::simple(
+                &key(),
+                &format!("old-{i}"),
+                tenant,
+                i,
+                &[("crm", ProviderStatus::Ok)],
+                &[("profile", LayerStatus::Included)],
+            )
+        };
+        TraceStore::open(&path, &key())
+            .unwrap()
+            .write_batch(&(0..1200).map(old).collect::<Vec<_>>())
+            .unwrap();
+        let settings = WriterSettings {
+            keeping: RecordKeeping {
+                default_keep: Some(LONG),
+                tenants: [("archive".to_owned(), None)].into_iter().collect(),
+            },
+            ..settings(64, 16, Duration::from_millis(5))
+        };
+        let (sender, handle) = spawn(&path, &key(), settings).unwrap();
+        let new = testing::simple(
+            &key(),
+            "new",
+            "acme",
+            now_ms() as i64,
+            &[("crm", ProviderStatus::Ok)],
+            &[("profile", LayerStatus::Included)],
+        );
+        runtime().block_on(sender.enqueue(new, PATIENT)).unwrap();
+        // 600 turns of acme, one provider record each, in two batches of at most 500.
+        eventually("acme's old records pruned", || {
+            handle.stats().pruned == 1200
+        });
+        handle.flush().unwrap();
+        let reader = TraceReader::open(&path, None).unwrap();
+        assert_eq!(reader.counts().unwrap().turns, 600 + 1);
+        assert!(reader.turn(None, "old-0").unwrap().is_none());
+        assert!(
+            reader.turn(None, "old-1").unwrap().is_some(),
+            "archive keeps"
+        );
+        assert!(reader.turn(None, "new").unwrap().is_some());
+        handle.shutdown().unwrap();
+    }
+
+    #[test]
+    fn a_store_at_its_bound_refuses_traces_and_writes_every_one_it_took() {
+        let (_dir, path) = temp_store();
+        let empty = TraceStore::open(&path, &key()).unwrap().usage().unwrap();
+        let bound = empty.used_bytes + 6 * 1024 * 1024;
+        let settings = WriterSettings {
+            bounds: StoreBounds {
+                max_store_bytes: Some(bound),
+                min_free_bytes: 0,
+            },
+            ..settings(256, 32, Duration::from_millis(5))
+        };
+        let (sender, handle) = spawn(&path, &key(), settings).unwrap();
+        assert_eq!(sender.no_room(), None);
+        let (taken, refusal) = runtime().block_on(async {
+            for i in 0..100_000 {
+                if let Err(refused) = sender.enqueue(trace(i), PATIENT).await {
+                    return (i, refused);
+                }
+            }
+            panic!("the store never filled");
+        });
+        assert!(taken > 100, "{taken} traces before the first refusal");
+        let Backpressure::NoRoom(no_room) = refusal else {
+            panic!("{refusal:?}");
+        };
+        assert_eq!(no_room.code(), "trace_store_full");
+        // Written one at a time, the store takes traces until one would cross the bound.
+        let mut more = 0;
+        loop {
+            handle.flush().unwrap();
+            let next = runtime().block_on(sender.enqueue(trace(taken + more), PATIENT));
+            match next {
+                Ok(()) => more += 1,
+                Err(Backpressure::NoRoom(_)) => break,
+                Err(other) => panic!("{other:?}"),
+            }
+            assert!(more < 10_000, "the store never refused again");
+        }
+        assert!(
+            sender.no_room().is_some(),
+            "the state turns see before they start"
+        );
+        handle.flush().unwrap();
+        assert_eq!(
+            counts(&path).turns,
+            (taken + more) as u64,
+            "every trace taken is written"
+        );
+        let usage = TraceStore::open(&path, &key()).unwrap().usage().unwrap();
+        assert!(usage.used_bytes <= bound, "{usage:?} against {bound}");
+        handle.shutdown().unwrap();
     }
 }

@@ -21,4 +21,5 @@ mod server;
 mod sqlite_bounds;
 mod sqlite_provider;
 mod support;
+mod trace_upkeep;
 mod writing_a_provider;

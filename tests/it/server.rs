@@ -43,10 +43,16 @@ impl Deployment {
 
     /// With extra `[trace]` lines (queue capacity, batch window …).
     pub fn with_trace(tenants: &[TenantSpec], trace_extra: &str) -> Deployment {
+        Deployment::with_store(tenants, "data/traces.db", trace_extra)
+    }
+
+    /// With the trace store at `store` (relative to the deployment's folder, or
+    /// absolute) and extra `[trace]` lines.
+    pub fn with_store(tenants: &[TenantSpec], store: &str, trace_extra: &str) -> Deployment {
         let dir = tempfile::tempdir().unwrap();
         let mut config = format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 5000\n\n\
-             [trace]\nstore = \"sqlite:data/traces.db\"\ndigest_key_env = \"CTXD_TEST_DIGEST_KEY\"\n\
+             [trace]\nstore = \"sqlite:{store}\"\ndigest_key_env = \"CTXD_TEST_DIGEST_KEY\"\n\
              generate_digest_key = true\n{trace_extra}\n\n[limits]\nmax_turn_ms = 10000\n",
         );
         for tenant in tenants {

@@ -73,7 +73,7 @@ pub use super::query::{SearchPage, SearchQuery};
 pub use error::StoreError;
 pub(crate) use pool::{ReaderCheckout, ReaderPool, ReaderPoolSettings};
 pub use prune::Pruned;
-pub(crate) use prune::Pruner;
+pub(crate) use prune::{Pruner, disk_available};
 pub use read::{StoreCounts, TraceReader};
 pub use rows::{
     HandleOperationRow, LayerRow, ProviderRow, Queued, RetainedRow, RowEncoder, TraceRows, TurnRow,

@@ -43,6 +43,10 @@ const TENANTS: &str = "WITH RECURSIVE
 /// The first turn written that is still in the store.
 const OLDEST_STARTED: &str = "SELECT started_at_ms FROM turns ORDER BY seq LIMIT 1";
 
+/// The WAL file's header, and each frame's before its page (the WAL format).
+const WAL_HEADER_BYTES: u64 = 32;
+const WAL_FRAME_HEADER_BYTES: u64 = 24;
+
 /// What one batch deleted (or, in a dry run, would delete).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pruned {
@@ -237,7 +241,10 @@ pub(crate) fn release_free_pages(
 }
 
 /// What the store takes: pages in use, the WAL, the free list, and the room left on its
-/// filesystem.
+/// filesystem. The WAL counts at least at the size it reaches before SQLite checkpoints
+/// it (`wal_autocheckpoint` frames of a page each): a commit writes whole pages to it,
+/// so between checkpoints it grows by more than the rows written, and its file keeps
+/// that size afterwards.
 pub(crate) fn usage(conn: &Connection, path: &Path) -> Result<StoreUsage, StoreError> {
     let pragma = |name: &'static str| -> Result<u64, StoreError> {
         conn.query_row(&format!("PRAGMA {name}"), [], |row| row.get::<_, i64>(0))
@@ -247,18 +254,20 @@ pub(crate) fn usage(conn: &Connection, path: &Path) -> Result<StoreUsage, StoreE
     let page_size = pragma("page_size")?;
     let pages = pragma("page_count")?;
     let free_pages = pragma("freelist_count")?;
+    let checkpoint_frames = pragma("wal_autocheckpoint")?;
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
     let wal_bytes = std::fs::metadata(&wal).map_or(0, |m| m.len());
+    let wal_ceiling = WAL_HEADER_BYTES + checkpoint_frames * (WAL_FRAME_HEADER_BYTES + page_size);
     Ok(StoreUsage {
-        used_bytes: pages.saturating_sub(free_pages) * page_size + wal_bytes,
+        used_bytes: pages.saturating_sub(free_pages) * page_size + wal_bytes.max(wal_ceiling),
         reusable_bytes: free_pages * page_size,
         disk_available: disk_available(path),
     })
 }
 
-/// Bytes the filesystem holding `path` gives an unprivileged writer.
-fn disk_available(path: &Path) -> Option<u64> {
+/// Bytes the filesystem holding the store at `path` gives an unprivileged writer.
+pub(crate) fn disk_available(path: &Path) -> Option<u64> {
     let folder = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
