@@ -59,6 +59,12 @@ pub enum StoreError {
         line: usize,
         column: usize,
     },
+    #[error("trace store {path}: the {what} does not decode: {reason}")]
+    Undecodable {
+        path: PathBuf,
+        what: String,
+        reason: super::codec::DecodeError,
+    },
     #[error(
         "the cursor is not one this search issued: pass next_cursor from the previous page unchanged, with the same filters"
     )]

@@ -60,6 +60,7 @@
 //! Plans are chosen without statistics (ctxd never runs `ANALYZE`), so they are the ones
 //! the `EXPLAIN QUERY PLAN` tests in [`super::query`] pin down.
 
+mod codec;
 mod error;
 mod pool;
 mod prune;

@@ -1,7 +1,8 @@
 //! The read side: read-only connections behind `GET /v1/traces`, the handle trace
 //! route, replays and `ctxd traces`. A reader runs the statements [`crate::trace::query`]
-//! plans, parses the stored JSON and opens sealed content.
+//! plans, decodes and parses the stored records and opens sealed content.
 
+use super::codec::{self, DecodingDictionary};
 use super::error::{StoreError, sqlite};
 use super::schema::{BUSY_TIMEOUT, STATEMENT_CACHE, require_current};
 use super::seal::RetentionCipher;
@@ -14,12 +15,19 @@ use crate::trace::query::{
 };
 use crate::trace::record::HandleOpRecord;
 use crate::trace::record::{StoredTurn, TurnRecord};
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use serde::Serialize;
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+const SELECT_DICTIONARY: &str = "SELECT bytes FROM record_dictionaries WHERE id = ?1";
+/// Record dictionaries a reader keeps prepared.
+const DICTIONARY_CACHE: usize = 256;
 const SELECT_TURN_BY_ID: &str = "SELECT seq, tenant, record FROM turns WHERE turn_id = ?1";
 const SELECT_TURN_BY_SEQ: &str = "SELECT record FROM turns WHERE seq = ?1";
 const SELECT_PROVIDERS: &str =
@@ -45,6 +53,27 @@ pub struct TraceReader {
     cipher: Option<RetentionCipher>,
     /// Seals and opens search cursors; without the key a search gives no cursor.
     cursors: Option<CursorSeal>,
+    /// Record dictionaries read so far, prepared for decoding.
+    dictionaries: RefCell<HashMap<i64, Arc<DecodingDictionary>>>,
+}
+
+/// A record body as a row holds it: JSON text (rows written before compression) or a
+/// compressed body ([`codec`]).
+enum Body {
+    Json(String),
+    Compressed(Vec<u8>),
+}
+
+impl FromSql for Body {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        match value {
+            ValueRef::Text(text) => String::from_utf8(text.to_vec())
+                .map(Body::Json)
+                .map_err(|error| FromSqlError::Other(Box::new(error))),
+            ValueRef::Blob(bytes) => Ok(Body::Compressed(bytes.to_vec())),
+            _ => Err(FromSqlError::InvalidType),
+        }
+    }
 }
 
 impl fmt::Debug for TraceReader {
@@ -81,6 +110,7 @@ impl TraceReader {
             path: path.to_path_buf(),
             cipher: key.map(RetentionCipher::new),
             cursors: key.map(CursorSeal::new),
+            dictionaries: RefCell::default(),
         })
     }
 
@@ -105,7 +135,7 @@ impl TraceReader {
         let next_cursor = last.and_then(|seq| Some(self.cursors.as_ref()?.seal(query, seq)));
         let mut traces = Vec::with_capacity(seqs.len());
         for seq in seqs {
-            let record: Option<String> = self
+            let record: Option<Body> = self
                 .conn
                 .prepare_cached(SELECT_TURN_BY_SEQ)
                 .and_then(|mut statement| statement.query_row([seq], |row| row.get(0)).optional())
@@ -128,7 +158,7 @@ impl TraceReader {
         tenant: Option<&str>,
         turn_id: &str,
     ) -> Result<Option<StoredTurn>, StoreError> {
-        let row: Option<(i64, String, String)> = self
+        let row: Option<(i64, String, Body)> = self
             .conn
             .prepare_cached(SELECT_TURN_BY_ID)
             .and_then(|mut statement| {
@@ -145,21 +175,85 @@ impl TraceReader {
         }
     }
 
-    fn stored_turn(&self, seq: i64, record: &str) -> Result<StoredTurn, StoreError> {
-        let turn: TurnRecord = self.parse(record, || format!("turn record at seq {seq}"))?;
+    fn stored_turn(&self, seq: i64, record: &Body) -> Result<StoredTurn, StoreError> {
+        let what = || format!("turn record at seq {seq}");
+        let text = self.json_of(record, what)?;
+        // A compressed body holds the provider records too, a line each after the turn's.
+        let mut lines = text.split('\n');
+        let turn: TurnRecord = self.parse(lines.next().unwrap_or_default(), what)?;
+        let mut embedded = lines;
         let mut statement = self
             .conn
             .prepare_cached(SELECT_PROVIDERS)
             .map_err(sqlite(&self.path, "read provider records"))?;
         let records = statement
-            .query_map([seq], |row| row.get::<_, String>(0))
+            .query_map([seq], |row| row.get::<_, Body>(0))
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
             .map_err(sqlite(&self.path, "read provider records"))?;
+        let what = || format!("a provider record of seq {seq}");
         let providers = records
             .iter()
-            .map(|record| self.parse(record, || format!("a provider record of seq {seq}")))
+            .map(|record| match record {
+                Body::Compressed(bytes) if bytes.is_empty() => {
+                    let json = embedded.next().ok_or_else(|| StoreError::Undecodable {
+                        path: self.path.clone(),
+                        what: what(),
+                        reason: codec::DecodeError::Corrupt(
+                            "its turn's body holds fewer provider records".to_owned(),
+                        ),
+                    })?;
+                    self.parse(json, what)
+                }
+                stored => self.parse(&self.json_of(stored, what)?, what),
+            })
             .collect::<Result<_, _>>()?;
         Ok(StoredTurn { turn, providers })
+    }
+
+    /// The JSON text of a record body: as stored, or decoded with its dictionary.
+    fn json_of<'b>(
+        &self,
+        body: &'b Body,
+        what: impl Fn() -> String,
+    ) -> Result<Cow<'b, str>, StoreError> {
+        let bytes = match body {
+            Body::Json(text) => return Ok(Cow::Borrowed(text)),
+            Body::Compressed(bytes) => bytes,
+        };
+        let undecodable = |reason| StoreError::Undecodable {
+            path: self.path.clone(),
+            what: what(),
+            reason,
+        };
+        let id = codec::dictionary_of(bytes).map_err(undecodable)?;
+        let dictionary = self
+            .dictionary(id)?
+            .ok_or_else(|| undecodable(codec::DecodeError::MissingDictionary(id)))?;
+        codec::decode(bytes, &dictionary)
+            .map(Cow::Owned)
+            .map_err(undecodable)
+    }
+
+    /// The record dictionary `id`, read once per reader.
+    fn dictionary(&self, id: i64) -> Result<Option<Arc<DecodingDictionary>>, StoreError> {
+        if let Some(found) = self.dictionaries.borrow().get(&id) {
+            return Ok(Some(Arc::clone(found)));
+        }
+        let bytes: Option<Vec<u8>> = self
+            .conn
+            .prepare_cached(SELECT_DICTIONARY)
+            .and_then(|mut statement| statement.query_row([id], |row| row.get(0)).optional())
+            .map_err(sqlite(&self.path, "read a record dictionary"))?;
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        let dictionary = Arc::new(DecodingDictionary::new(&bytes));
+        let mut cache = self.dictionaries.borrow_mut();
+        if cache.len() >= DICTIONARY_CACHE {
+            cache.clear();
+        }
+        cache.insert(id, Arc::clone(&dictionary));
+        Ok(Some(dictionary))
     }
 
     fn parse<T: serde::de::DeserializeOwned>(

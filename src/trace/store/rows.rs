@@ -2,12 +2,14 @@
 //! sealed) on the caller's thread before it reaches the writer, so the single writer
 //! thread only runs SQL.
 
+use super::codec::{self, Dictionaries, Dictionary};
 use super::seal::RetentionCipher;
 use crate::trace::digest::DigestKey;
 use crate::trace::record::HandleOpRecord;
 use crate::trace::record::TurnTrace;
 use serde::Serialize;
 use std::fmt;
+use std::sync::Arc;
 
 /// One entry of the trace writer's queue: a turn's rows or one handle operation.
 /// Boxed, so the queue's slots stay small whatever a turn holds.
@@ -51,6 +53,9 @@ pub struct TraceRows {
     pub retained: Vec<RetainedRow>,
     /// `(digest, build JSON)`.
     pub build: Option<(String, String)>,
+    /// What the turn's and its providers' record bodies are compressed with: written
+    /// with the batch unless the store already holds it.
+    pub(crate) dictionary: Arc<Dictionary>,
 }
 
 #[derive(Debug, Clone)]
@@ -63,8 +68,10 @@ pub struct TurnRow {
     pub rendered_digest: Option<String>,
     pub started_at_ms: i64,
     pub duration_ms: i64,
-    /// The turn record as JSON.
-    pub record: String,
+    /// The turn record's JSON and its provider records' JSON, one per line, compressed
+    /// together ([`super::codec`]): a turn's provider records repeat its digests and
+    /// fingerprints, which one frame keeps once.
+    pub record: Vec<u8>,
 }
 
 #[derive(Debug, Clone)]
@@ -79,8 +86,9 @@ pub struct ProviderRow {
     pub provider: String,
     pub status: &'static str,
     pub observed_at_ms: i64,
-    /// The provider record as JSON.
-    pub record: String,
+    /// Empty: the record is in its turn's body, at this row's place (rows written before
+    /// that hold their JSON text here).
+    pub record: Vec<u8>,
 }
 
 #[derive(Debug, Clone)]
@@ -95,7 +103,10 @@ impl Queued {
     /// About how many bytes the entry's rows hold: what the trace writer reserves on
     /// disk for it while it is queued or in the batch being written.
     pub(crate) fn encoded_bytes(&self) -> u64 {
-        const ROW: usize = 64;
+        // A row's bytes beyond its columns: its header, rowid and cell pointer, and the
+        // entries of its table's two or three indexes (which repeat the tenant and a
+        // name or status).
+        const ROW: usize = 160;
         let bytes = match self {
             Queued::Turn(rows) => {
                 let turn = &rows.turn;
@@ -143,11 +154,13 @@ impl Queued {
     }
 }
 
-/// Serializes traces into rows and seals retained content. Cheap to clone; holds the
-/// derived retention key (zeroed on drop), never printed.
+/// Serializes traces into rows, compresses their record bodies and seals retained
+/// content. Cheap to clone (clones share the dictionaries); holds the derived retention
+/// key (zeroed on drop), never printed.
 #[derive(Clone)]
 pub struct RowEncoder {
     cipher: RetentionCipher,
+    dictionaries: Arc<Dictionaries>,
 }
 
 impl fmt::Debug for RowEncoder {
@@ -160,12 +173,28 @@ impl RowEncoder {
     pub fn new(key: &DigestKey) -> RowEncoder {
         RowEncoder {
             cipher: RetentionCipher::new(key),
+            dictionaries: Arc::default(),
         }
     }
 
     pub fn encode(&self, trace: &TurnTrace) -> TraceRows {
         let turn = &trace.turn;
         let record = serde_json::to_string(turn).expect("a turn record always serializes");
+        let providers: Vec<String> = trace
+            .providers
+            .iter()
+            .map(|provider| {
+                serde_json::to_string(provider).expect("a provider record always serializes")
+            })
+            .collect();
+        let dictionary =
+            self.dictionaries
+                .for_build(&turn.tenant, &turn.project, &turn.build_digest, || {
+                    let exemplar: Vec<&str> = std::iter::once(record.as_str())
+                        .chain(providers.iter().map(String::as_str))
+                        .collect();
+                    Dictionary::from_exemplar(&exemplar)
+                });
         TraceRows {
             turn: TurnRow {
                 turn_id: turn.turn_id.clone(),
@@ -176,7 +205,7 @@ impl RowEncoder {
                 rendered_digest: turn.rendered_digest.clone(),
                 started_at_ms: turn.started_at_ms,
                 duration_ms: i64::try_from(turn.duration_ms).unwrap_or(i64::MAX),
-                record,
+                record: codec::encode(&dictionary, &codec::join(&record, &providers)),
             },
             layers: turn
                 .layers
@@ -194,8 +223,7 @@ impl RowEncoder {
                     provider: provider.provider.clone(),
                     status: provider.status.as_str(),
                     observed_at_ms: provider.observed_at_ms,
-                    record: serde_json::to_string(provider)
-                        .expect("a provider record always serializes"),
+                    record: Vec::new(),
                 })
                 .collect(),
             retained: trace
@@ -212,6 +240,7 @@ impl RowEncoder {
                 })
                 .collect(),
             build: trace.build.clone(),
+            dictionary,
         }
     }
 }

@@ -76,6 +76,12 @@ const MIGRATIONS: &[&str] = &[
     );",
     // 3: pruning finds a tenant's handle operations past their keep by age.
     "CREATE INDEX handle_operations_by_age ON handle_operations (tenant, at_ms);",
+    // 4: record bodies compressed against dictionaries kept once (see `codec`); rows
+    // written before keep their JSON text, and both are read.
+    "CREATE TABLE record_dictionaries (
+        id INTEGER PRIMARY KEY,
+        bytes BLOB NOT NULL
+    );",
 ];
 
 fn now_ms() -> i64 {

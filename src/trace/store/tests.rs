@@ -685,7 +685,8 @@ fn a_version_1_store_is_migrated_to_handle_operations() {
     store
         .connection()
         .execute_batch(
-            "DROP TABLE handle_operations; DELETE FROM schema_version WHERE version >= 2",
+            "DROP TABLE handle_operations; DROP TABLE record_dictionaries;
+             DELETE FROM schema_version WHERE version >= 2",
         )
         .unwrap();
     drop(store);
@@ -707,5 +708,67 @@ fn a_version_1_store_is_migrated_to_handle_operations() {
             .operations
             .len(),
         1
+    );
+}
+
+#[test]
+fn bodies_are_compressed_and_rows_of_json_text_are_read_beside_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, path) = store_in(dir.path());
+    let compressed = simple("turn-z", "acme", &[("orders", ProviderStatus::Ok)]);
+    let plain = simple("turn-j", "acme", &[("orders", ProviderStatus::Ok)]);
+    store
+        .write_batch(std::slice::from_ref(&compressed))
+        .unwrap();
+    // A turn as a store written before compression holds it: the records' JSON text.
+    let conn = store.connection();
+    conn.execute(
+        "INSERT INTO turns (turn_id, tenant, project, build_digest, blocked, rendered_digest, started_at_ms, duration_ms, record)
+         VALUES ('turn-j', 'acme', ?1, ?2, 0, NULL, ?3, 1, ?4)",
+        rusqlite::params![
+            plain.turn.project,
+            plain.turn.build_digest,
+            plain.turn.started_at_ms,
+            serde_json::to_string(&plain.turn).unwrap()
+        ],
+    )
+    .unwrap();
+    let seq = conn.last_insert_rowid();
+    conn.execute(
+        "INSERT INTO provider_records (turn_seq, tenant, provider, status, observed_at_ms, record) VALUES (?1, 'acme', 'orders', 'OK', 0, ?2)",
+        rusqlite::params![seq, serde_json::to_string(&plain.providers[0]).unwrap()],
+    )
+    .unwrap();
+    let kinds: Vec<String> = conn
+        .prepare("SELECT typeof(record) FROM turns ORDER BY seq")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(kinds, ["blob", "text"]);
+    let reader = TraceReader::open(&path, None).unwrap();
+    for trace in [&compressed, &plain] {
+        let stored = reader.turn(None, &trace.turn.turn_id).unwrap().unwrap();
+        assert_eq!(
+            serde_json::to_string(&stored.turn).unwrap(),
+            serde_json::to_string(&trace.turn).unwrap(),
+            "the same JSON, byte for byte"
+        );
+        assert_eq!(
+            serde_json::to_string(&stored.providers).unwrap(),
+            serde_json::to_string(&trace.providers).unwrap()
+        );
+    }
+    // A body whose dictionary is gone is an error that names the record, not a panic.
+    store
+        .connection()
+        .execute_batch("DELETE FROM record_dictionaries")
+        .unwrap();
+    let reader = TraceReader::open(&path, None).unwrap();
+    let error = reader.turn(None, "turn-z").unwrap_err().to_string();
+    assert!(
+        error.contains("turn record at seq 1 does not decode: the body's dictionary"),
+        "{error}"
     );
 }

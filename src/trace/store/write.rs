@@ -28,6 +28,9 @@ const UPSERT_RETAINED: &str =
     VALUES (?1, ?2, ?3, ?4)
     ON CONFLICT (tenant, fingerprint) DO UPDATE SET expires_at_ms = excluded.expires_at_ms
     WHERE excluded.expires_at_ms > retained_content.expires_at_ms";
+/// A dictionary is written once: its id is a digest of its bytes.
+const INSERT_DICTIONARY: &str =
+    "INSERT INTO record_dictionaries (id, bytes) VALUES (?1, ?2) ON CONFLICT (id) DO NOTHING";
 const INSERT_BUILD: &str =
     "INSERT INTO builds (digest, build) VALUES (?1, ?2) ON CONFLICT (digest) DO NOTHING";
 /// A retried batch never duplicates: `(tenant, handle, sequence)` is written once.
@@ -54,6 +57,8 @@ pub struct TraceStore {
     /// Build digests already in the store, so the (large) build JSON is not bound and
     /// re-inserted with every turn. Bounded: cleared when full.
     known_builds: HashSet<String>,
+    /// Record dictionaries already in the store, likewise.
+    known_dictionaries: HashSet<i64>,
 }
 
 impl fmt::Debug for TraceStore {
@@ -116,6 +121,7 @@ impl TraceStore {
             path: path.to_path_buf(),
             encoder: RowEncoder::new(key),
             known_builds: HashSet::new(),
+            known_dictionaries: HashSet::new(),
         })
     }
 
@@ -153,6 +159,7 @@ impl TraceStore {
         let path = self.path.clone();
         let mut written = Written::default();
         let mut new_builds = Vec::new();
+        let mut new_dictionaries = Vec::new();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -168,6 +175,7 @@ impl TraceStore {
             let mut insert_provider = prepare(INSERT_PROVIDER)?;
             let mut upsert_retained = prepare(UPSERT_RETAINED)?;
             let mut insert_build = prepare(INSERT_BUILD)?;
+            let mut insert_dictionary = prepare(INSERT_DICTIONARY)?;
             for row in operations {
                 written.handle_operations += insert_operation
                     .execute(params![
@@ -182,6 +190,15 @@ impl TraceStore {
             }
             for &rows in batch {
                 let turn = &rows.turn;
+                let dictionary = &rows.dictionary;
+                if !self.known_dictionaries.contains(&dictionary.id)
+                    && !new_dictionaries.contains(&dictionary.id)
+                {
+                    insert_dictionary
+                        .execute(params![dictionary.id, &*dictionary.bytes])
+                        .map_err(sqlite(&path, "insert a record dictionary"))?;
+                    new_dictionaries.push(dictionary.id);
+                }
                 let inserted = insert_turn
                     .execute(params![
                         turn.turn_id,
@@ -250,6 +267,10 @@ impl TraceStore {
             self.known_builds.clear();
         }
         self.known_builds.extend(new_builds);
+        if self.known_dictionaries.len() + new_dictionaries.len() > KNOWN_BUILDS_CAP {
+            self.known_dictionaries.clear();
+        }
+        self.known_dictionaries.extend(new_dictionaries);
         Ok(written)
     }
 

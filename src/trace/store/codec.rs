@@ -1,0 +1,248 @@
+//! Record bodies as the store keeps them: a record's JSON compressed with zstd against a
+//! dictionary made from the first turn this process traced for the same tenant, project
+//! and build. What repeats from turn to turn — keys, names, the contract, build and
+//! binding digests, profile and objective — is then kept once, in the dictionary (a row
+//! of `record_dictionaries`), and each row holds only what is its own. Decoding gives back
+//! the exact JSON text, so every reader answers byte for byte as it did from plain JSON
+//! rows (which rows written before this encoding still are: both are read).
+//!
+//! A turn's body holds its turn record and then its provider records, one per line
+//! ([`join`]), so what they share is kept once too; provider rows then hold an empty
+//! body.
+//!
+//! A body is `[format 1][dictionary id: i64 LE][JSON length: u32 LE][zstd frame]`.
+
+use sha2::{Digest, Sha256};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use zstd::zstd_safe::{CCtx, CDict, DCtx, DDict};
+
+/// The first byte of a compressed body.
+const FORMAT_ZSTD_DICTIONARY: u8 = 1;
+const HEADER_BYTES: usize = 1 + 8 + 4;
+/// zstd's level: its fast default, a few microseconds for a record.
+const LEVEL: i32 = 3;
+/// The most of an exemplar turn a dictionary keeps.
+const MAX_DICTIONARY_BYTES: usize = 32 * 1024;
+/// Dictionaries a process keeps for encoding; beyond it they are made again.
+const MAX_DICTIONARIES: usize = 1024;
+/// The longest JSON a body may claim to decode to.
+const MAX_RECORD_BYTES: usize = 256 * 1024 * 1024;
+
+/// What a compressed body was made with: its id is the first 8 bytes of the SHA-256 of
+/// its bytes, so the same exemplar always gives the same id.
+pub(crate) struct Dictionary {
+    pub(crate) id: i64,
+    pub(crate) bytes: Arc<[u8]>,
+    compress: CDict<'static>,
+}
+
+impl std::fmt::Debug for Dictionary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dictionary")
+            .field("id", &self.id)
+            .field("bytes", &self.bytes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dictionary {
+    /// A dictionary of the records of one turn (at most [`MAX_DICTIONARY_BYTES`]).
+    pub(crate) fn from_exemplar(records: &[&str]) -> Dictionary {
+        let mut bytes = Vec::new();
+        for record in records {
+            let room = MAX_DICTIONARY_BYTES - bytes.len();
+            bytes.extend_from_slice(&record.as_bytes()[..record.len().min(room)]);
+        }
+        let digest = Sha256::digest(&bytes);
+        let id = i64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
+        Dictionary {
+            id,
+            compress: CDict::create(&bytes, LEVEL),
+            bytes: bytes.into(),
+        }
+    }
+}
+
+/// The dictionaries records are encoded with, by tenant, project and build: shared by
+/// every thread that encodes rows.
+#[derive(Debug, Default)]
+pub(crate) struct Dictionaries {
+    by_build: RwLock<HashMap<(String, String, String), Arc<Dictionary>>>,
+}
+
+impl Dictionaries {
+    /// The dictionary of `tenant`'s `project` at `build`, made from `exemplar` (the
+    /// records of the turn being encoded) when there is none yet.
+    pub(crate) fn for_build(
+        &self,
+        tenant: &str,
+        project: &str,
+        build: &str,
+        exemplar: impl FnOnce() -> Dictionary,
+    ) -> Arc<Dictionary> {
+        let key = (tenant.to_owned(), project.to_owned(), build.to_owned());
+        if let Some(found) = self.by_build.read().expect("not poisoned").get(&key) {
+            return Arc::clone(found);
+        }
+        let mut map = self.by_build.write().expect("not poisoned");
+        if map.len() >= MAX_DICTIONARIES {
+            map.clear();
+        }
+        Arc::clone(map.entry(key).or_insert_with(|| Arc::new(exemplar())))
+    }
+}
+
+thread_local! {
+    static COMPRESSOR: RefCell<CCtx<'static>> = RefCell::new(CCtx::create());
+    static DECOMPRESSOR: RefCell<DCtx<'static>> = RefCell::new(DCtx::create());
+}
+
+/// A turn record and its provider records as one text, a record per line (compact JSON
+/// never holds a raw line break: one in a string is written `\n`).
+pub(crate) fn join(turn: &str, providers: &[String]) -> String {
+    let mut text =
+        String::with_capacity(turn.len() + providers.iter().map(|p| p.len() + 1).sum::<usize>());
+    text.push_str(turn);
+    for provider in providers {
+        text.push('\n');
+        text.push_str(provider);
+    }
+    text
+}
+
+/// The body of `json`, compressed against `dictionary`.
+pub(crate) fn encode(dictionary: &Dictionary, json: &str) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(zstd::zstd_safe::compress_bound(json.len()));
+    COMPRESSOR
+        .with(|context| {
+            context.borrow_mut().compress_using_cdict(
+                &mut frame,
+                json.as_bytes(),
+                &dictionary.compress,
+            )
+        })
+        .expect("the frame buffer holds zstd's bound");
+    let mut body = Vec::with_capacity(HEADER_BYTES + frame.len());
+    body.push(FORMAT_ZSTD_DICTIONARY);
+    body.extend_from_slice(&dictionary.id.to_le_bytes());
+    body.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    body.extend_from_slice(&frame);
+    body
+}
+
+/// Why a stored body could not be decoded. Names the cause, never content.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("the body is not a known record encoding")]
+    UnknownFormat,
+    #[error("the body's dictionary {0} is not in the store")]
+    MissingDictionary(i64),
+    #[error("the body does not decompress: {0}")]
+    Corrupt(String),
+}
+
+/// The dictionary id a body was encoded with.
+pub(crate) fn dictionary_of(body: &[u8]) -> Result<i64, DecodeError> {
+    if body.len() < HEADER_BYTES || body[0] != FORMAT_ZSTD_DICTIONARY {
+        return Err(DecodeError::UnknownFormat);
+    }
+    Ok(i64::from_le_bytes(body[1..9].try_into().expect("8 bytes")))
+}
+
+/// A dictionary prepared for decoding.
+pub(crate) struct DecodingDictionary(DDict<'static>);
+
+impl DecodingDictionary {
+    pub(crate) fn new(bytes: &[u8]) -> DecodingDictionary {
+        DecodingDictionary(DDict::create(bytes))
+    }
+}
+
+/// The JSON text of `body`, decoded with its dictionary.
+pub(crate) fn decode(body: &[u8], dictionary: &DecodingDictionary) -> Result<String, DecodeError> {
+    dictionary_of(body)?;
+    let length = u32::from_le_bytes(body[9..13].try_into().expect("4 bytes")) as usize;
+    if length > MAX_RECORD_BYTES {
+        return Err(DecodeError::Corrupt(format!(
+            "it claims {length} bytes, more than a record may hold"
+        )));
+    }
+    let mut json = Vec::with_capacity(length);
+    let written = DECOMPRESSOR
+        .with(|context| {
+            context.borrow_mut().decompress_using_ddict(
+                &mut json,
+                &body[HEADER_BYTES..],
+                &dictionary.0,
+            )
+        })
+        .map_err(|code| DecodeError::Corrupt(zstd::zstd_safe::get_error_name(code).to_owned()))?;
+    if written != length {
+        return Err(DecodeError::Corrupt(format!(
+            "it gave {written} bytes, not the {length} it claims"
+        )));
+    }
+    String::from_utf8(json).map_err(|_| DecodeError::Corrupt("not UTF-8".to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TURN: &str =
+        r#"{"kind":"ctxd.turn.v1","turnId":"01a2","tenant":"acme","buildDigest":"sha256:4ca9"}"#;
+
+    #[test]
+    fn a_body_decodes_to_the_exact_json_it_was_made_from() {
+        let dictionary = Dictionary::from_exemplar(&[TURN]);
+        let other = r#"{"kind":"ctxd.turn.v1","turnId":"77f0","tenant":"acme","buildDigest":"sha256:4ca9","ünïcode":"✓"}"#;
+        let body = encode(&dictionary, other);
+        assert_eq!(dictionary_of(&body), Ok(dictionary.id));
+        let decoding = DecodingDictionary::new(&dictionary.bytes);
+        assert_eq!(decode(&body, &decoding).unwrap(), other);
+        assert!(body.len() < other.len(), "{} bytes", body.len());
+    }
+
+    #[test]
+    fn the_same_exemplar_gives_the_same_dictionary_and_one_per_build() {
+        let a = Dictionary::from_exemplar(&[TURN, "{}"]);
+        let b = Dictionary::from_exemplar(&[TURN, "{}"]);
+        assert_eq!(a.id, b.id);
+        let dictionaries = Dictionaries::default();
+        let first = dictionaries.for_build("acme", "p", "b1", || a);
+        let again = dictionaries.for_build("acme", "p", "b1", || panic!("made once"));
+        assert!(Arc::ptr_eq(&first, &again));
+        let other = dictionaries.for_build("acme", "p", "b2", || Dictionary::from_exemplar(&["x"]));
+        assert_ne!(other.id, first.id);
+    }
+
+    #[test]
+    fn a_damaged_body_is_an_error_never_a_panic() {
+        let dictionary = Dictionary::from_exemplar(&[TURN]);
+        let decoding = DecodingDictionary::new(&dictionary.bytes);
+        let body = encode(&dictionary, TURN);
+        assert_eq!(decode(b"{}", &decoding), Err(DecodeError::UnknownFormat));
+        for cut in [HEADER_BYTES, body.len() - 1] {
+            assert!(matches!(
+                decode(&body[..cut], &decoding),
+                Err(DecodeError::Corrupt(_))
+            ));
+        }
+        let mut lying = body.clone();
+        lying[9..13].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            decode(&lying, &decoding),
+            Err(DecodeError::Corrupt(_))
+        ));
+        // Without a checksum a flipped bit may still decode, but never to the record.
+        let mut flipped = body;
+        let last = flipped.len() - 2;
+        flipped[last] ^= 0xff;
+        assert_ne!(decode(&flipped, &decoding).ok().as_deref(), Some(TURN));
+        let wrong = DecodingDictionary::new(b"another dictionary entirely");
+        let decoded = decode(&encode(&dictionary, TURN), &wrong);
+        assert_ne!(decoded.ok().as_deref(), Some(TURN));
+    }
+}
