@@ -603,8 +603,8 @@ impl CtxdProcess {
     }
 
     /// SIGTERM, wait for the ordered shutdown (the trace writer drains), then count the
-    /// turns in the trace store.
-    fn stop(mut self) -> Option<u64> {
+    /// turns in the trace store and measure its files.
+    fn stop(mut self) -> (Option<u64>, Option<u64>) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
@@ -619,15 +619,22 @@ impl CtxdProcess {
                     let _ = self.child.kill();
                     let _ = self.child.wait();
                     eprintln!("{} did not exit within 60 s of SIGTERM; killed", self.label);
-                    return None;
+                    return (None, None);
                 }
             }
         }
         let store = self.dir.path().join("data/traces.db");
-        ctxd::trace::store::TraceReader::open(&store, None)
+        let turns = ctxd::trace::store::TraceReader::open(&store, None)
             .and_then(|reader| reader.counts())
             .map(|counts| counts.turns)
+            .ok();
+        // The database and what is left of its WAL after the final checkpoint.
+        let data = self.dir.path().join("data");
+        let size = |file: &str| std::fs::metadata(data.join(file)).map(|m| m.len());
+        let bytes = size("traces.db")
             .ok()
+            .map(|db| db + size("traces.db-wal").unwrap_or(0));
+        (turns, bytes)
     }
 }
 
@@ -683,8 +690,10 @@ impl ServedCtxd {
 
     /// Stops ctxd and counts what its trace store holds against what it answered.
     fn stop(self) -> TraceCheck {
+        let (stored, store_bytes) = self.process.stop();
         TraceCheck {
-            stored: self.process.stop(),
+            stored,
+            store_bytes,
             answered: self.answered.load(Ordering::Relaxed),
         }
     }
@@ -696,15 +705,28 @@ struct TraceCheck {
     answered: u64,
     /// Turns in the trace store; `None` when it could not be read.
     stored: Option<u64>,
+    /// Bytes of the store's files after the shutdown.
+    store_bytes: Option<u64>,
 }
 
 impl TraceCheck {
     fn describe(&self) -> String {
+        let per_turn = self
+            .bytes_per_turn()
+            .map_or("?".to_owned(), |bytes| format!("{bytes:.0}"));
         format!(
-            "{} turns answered (warm-up included), {} in the trace store",
+            "{} turns answered (warm-up included), {} in the trace store; store bytes/turn {per_turn}",
             self.answered,
             self.stored.map_or("?".to_owned(), |t| t.to_string())
         )
+    }
+
+    /// The trace store's size on disk per stored turn.
+    fn bytes_per_turn(&self) -> Option<f64> {
+        match (self.store_bytes, self.stored) {
+            (Some(bytes), Some(turns)) if turns > 0 => Some(bytes as f64 / turns as f64),
+            _ => None,
+        }
     }
 }
 
@@ -2240,6 +2262,7 @@ impl Compared {
             "throughput_ratio": versus.throughput,
             "turns_answered_incl_warmup": self.traces.answered,
             "turns_in_trace_store": self.traces.stored,
+            "trace_store_bytes_per_turn": self.traces.bytes_per_turn(),
         })
     }
 }
@@ -2650,6 +2673,7 @@ fn main() {
                 "cpu_per_turn_ratio": r.ctxd.per_1000(r.ctxd.cpu_total()) / r.baseline.per_1000(r.baseline.cpu_total()),
                 "turns_answered_incl_warmup": r.traces.answered,
                 "turns_in_trace_store": r.traces.stored,
+                "trace_store_bytes_per_turn": r.traces.bytes_per_turn(),
             });
             if let (Some(compared), Some(binary)) = (&r.compare, &args.compare_ctxd) {
                 run["compare"] = compared.json(&r.ctxd, binary);
