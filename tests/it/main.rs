@@ -12,6 +12,7 @@ mod cli_validate;
 mod handles;
 mod http_provider;
 mod metrics;
+mod prometheus;
 mod provenance;
 mod provider_server;
 mod readme_demo;
