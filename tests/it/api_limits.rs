@@ -5,7 +5,7 @@
 
 use crate::provider_server::{ProviderServer, RunningProvider};
 use crate::serve::{KEY, SECRET, binding, lookup, project, readiness_turns};
-use crate::server::{Ctxd, Deployment, TenantSpec, client, turn};
+use crate::server::{Ctxd, Deployment, TenantSpec, client, metrics_of, turn};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -670,14 +670,7 @@ async fn replays_are_rate_limited_per_tenant() {
             .unwrap()
             .contains("limits.replays_per_minute")
     );
-    let metrics = client()
-        .get(ctxd.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_of(&ctxd).await;
     assert!(
         metrics
             .lines()

@@ -5,7 +5,7 @@
 //! never, and a layer that requires current data takes no answer older than its rule.
 
 use crate::provider_server::{Behaviour, ProviderServer, RunningProvider};
-use crate::server::{Ctxd, Deployment, TenantSpec, client, provider, trace_of, turn};
+use crate::server::{Ctxd, Deployment, TenantSpec, client, metrics_of, provider, trace_of, turn};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -57,11 +57,6 @@ fn answering(delay: Duration) -> ProviderServer {
         .delay(delay)
 }
 
-async fn metrics(ctxd: &Ctxd) -> String {
-    let response = client().get(ctxd.url("/metrics")).send().await.unwrap();
-    response.text().await.unwrap()
-}
-
 /// The value of one series of the exposition (`name{labels}`), 0 when absent.
 fn series(text: &str, series: &str) -> f64 {
     text.lines()
@@ -73,7 +68,7 @@ fn series(text: &str, series: &str) -> f64 {
 async fn a_hundred_concurrent_turns_with_one_value_reach_the_provider_once() {
     let server = answering(Duration::from_millis(400)).start().await;
     let (_deployment, ctxd) = start(&server, "preferred", "cache = { ttl = \"60s\" }");
-    let before = metrics(&ctxd).await;
+    let before = metrics_of(&ctxd).await;
     for name in ["hits", "misses", "coalesced"] {
         let line = format!("ctxd_cache_{name}_total{{provider=\"crm\"}} 0");
         assert!(before.contains(&line), "{line} at start-up in\n{before}");
@@ -126,7 +121,7 @@ async fn a_hundred_concurrent_turns_with_one_value_reach_the_provider_once() {
     assert_eq!(crm["currentness"], "CURRENT");
     assert_eq!(server.lookups(), 1);
 
-    let after = metrics(&ctxd).await;
+    let after = metrics_of(&ctxd).await;
     let count = |name: &str| {
         series(
             &after,

@@ -5,7 +5,7 @@
 //! tenant isolation.
 
 use crate::provider_server::{ProviderServer, RunningProvider};
-use crate::server::{Ctxd, Deployment, TenantSpec, client, turn};
+use crate::server::{Ctxd, Deployment, TenantSpec, client, metrics_of, turn};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -681,14 +681,7 @@ async fn capabilities_and_metrics_are_declared() {
     )
     .await;
 
-    let metrics = client()
-        .get(ctxd.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_of(&ctxd).await;
     for line in [
         "ctxd_handle_operations_total{op=\"search\",result=\"ok\"} 1",
         "ctxd_handle_operations_total{op=\"search\",result=\"invalid_limit\"} 1",

@@ -212,6 +212,12 @@ pub async fn turn(ctxd: &Ctxd, key: &str, body: Value) -> (u16, Value) {
     (status, body)
 }
 
+/// The `/metrics` exposition of a running ctxd.
+pub async fn metrics_of(ctxd: &Ctxd) -> String {
+    let response = client().get(ctxd.url("/metrics")).send().await.unwrap();
+    response.text().await.unwrap()
+}
+
 /// The provider entry of a turn response.
 pub fn provider<'a>(response: &'a Value, id: &str) -> &'a Value {
     response["providers"]

@@ -4,7 +4,7 @@
 //! `ctxd traces prune` for operators.
 
 use crate::provider_server::{ProviderServer, RunningProvider};
-use crate::server::{Ctxd, Deployment, TenantSpec, client, turn};
+use crate::server::{Ctxd, Deployment, TenantSpec, client, metrics_of, turn};
 use crate::support::{ctxd as ctxd_cli, stderr_of, stdout_of};
 use ctxd::trace::store::TraceReader;
 use serde_json::{Value, json};
@@ -105,17 +105,6 @@ async fn readiness(ctxd: &Ctxd) -> (u16, Value) {
     (status, response.json().await.unwrap())
 }
 
-async fn metrics(ctxd: &Ctxd) -> String {
-    client()
-        .get(ctxd.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// After the server stopped: every answered turn is in the store, nothing else is, and
 /// SQLite finds the file intact.
 fn assert_every_answered_turn_is_traced(store: &Path, answered: &[String]) {
@@ -138,15 +127,19 @@ fn assert_every_answered_turn_is_traced(store: &Path, answered: &[String]) {
     assert_eq!(check, "ok");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_store_at_its_bound_refuses_turns_and_every_answered_turn_is_traced() {
+/// A ctxd serving the four-provider project with these `[trace]` lines, and its provider.
+async fn serve(trace_extra: &str) -> (RunningProvider, Deployment, Ctxd) {
     let server = provider().await;
     let tenant = TenantSpec::new("acme", KEY, project(), binding(&server));
-    let deployment = Deployment::with_trace(
-        &[tenant],
-        "max_store_bytes = 16777216\nmin_free_bytes = 0\nbatch_ms = 5",
-    );
-    let mut ctxd = Ctxd::start(&deployment.config, &[], &[]);
+    let deployment = Deployment::with_trace(&[tenant], trace_extra);
+    let ctxd = Ctxd::start(&deployment.config, &[], &[]);
+    (server, deployment, ctxd)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_at_its_bound_refuses_turns_and_every_answered_turn_is_traced() {
+    let (_server, deployment, mut ctxd) =
+        serve("max_store_bytes = 16777216\nmin_free_bytes = 0\nbatch_ms = 5").await;
     let answers = turns_until_refused(&ctxd, 0, 32, 20_000).await;
     assert!(
         answers.answered.len() > 100,
@@ -169,7 +162,7 @@ async fn a_store_at_its_bound_refuses_turns_and_every_answered_turn_is_traced() 
             .contains("trace.max_store_bytes = 16777216"),
         "{ready}"
     );
-    let exported = metrics(&ctxd).await;
+    let exported = metrics_of(&ctxd).await;
     assert!(
         exported.contains("ctxd_trace_store_out_of_room 1"),
         "{exported}"
@@ -303,10 +296,7 @@ async fn a_full_disk_refuses_turns_before_they_go_untraced_and_serving_resumes_w
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_past_their_keep_are_deleted_while_serving() {
-    let server = provider().await;
-    let tenant = TenantSpec::new("acme", KEY, project(), binding(&server));
-    let deployment = Deployment::with_trace(&[tenant], "keep = \"2s\"\nbatch_ms = 5");
-    let mut ctxd = Ctxd::start(&deployment.config, &[], &[]);
+    let (_server, deployment, mut ctxd) = serve("keep = \"2s\"\nbatch_ms = 5").await;
     let first = turns_until_refused(&ctxd, 0, 1, 32).await;
     assert_eq!(first.answered.len(), 32);
     tokio::time::sleep(Duration::from_millis(2_500)).await;
@@ -321,7 +311,7 @@ async fn records_past_their_keep_are_deleted_while_serving() {
     for turn_id in &second.answered {
         assert!(has_turn(&store, turn_id), "kept");
     }
-    let exported = metrics(&ctxd).await;
+    let exported = metrics_of(&ctxd).await;
     assert!(
         exported.contains(&format!("ctxd_trace_records_pruned_total {}", 32 * 5)),
         "32 turns of 4 provider records each: {exported}"
@@ -336,10 +326,7 @@ async fn records_past_their_keep_are_deleted_while_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traces_prune_counts_then_deletes_what_started_before_the_age() {
-    let server = provider().await;
-    let tenant = TenantSpec::new("acme", KEY, project(), binding(&server));
-    let deployment = Deployment::with_trace(&[tenant], "batch_ms = 5");
-    let mut ctxd = Ctxd::start(&deployment.config, &[], &[]);
+    let (_server, deployment, mut ctxd) = serve("batch_ms = 5").await;
     let old = turns_until_refused(&ctxd, 0, 1, 48).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let recent = turns_until_refused(&ctxd, 100, 1, 16).await;
