@@ -18,6 +18,7 @@ use crate::config::{
 };
 use crate::project::{LoadError, Project};
 use crate::providers::http::{HttpProvider, HttpSetupError};
+use crate::providers::rest::RestProvider;
 use crate::providers::sqlite::{SqliteProvider, SqliteSetupError};
 use crate::providers::{Implementation, Secret};
 use crate::validation::Problem;
@@ -598,6 +599,17 @@ pub(crate) async fn build_implementation(
         ProviderKind::Sqlite { database, query } => {
             let provider = SqliteProvider::open(database, query, &binding.pool).await?;
             Ok(Implementation::Sqlite(provider))
+        }
+        ProviderKind::Rest(spec) => {
+            let secret = match spec.auth.secret_env() {
+                Some(name) => Some(Secret::new(
+                    env.get(name)
+                        .ok_or_else(|| SetupError::SecretNotSet(name.to_owned()))?,
+                )),
+                None => None,
+            };
+            let provider = RestProvider::new(spec, secret, &binding.pool, binding.timeout)?;
+            Ok(Implementation::Rest(provider))
         }
     }
 }

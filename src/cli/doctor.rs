@@ -640,6 +640,7 @@ async fn check_provider(
         Implementation::Http(client) => {
             check_describe(&mut report, &subject, provider, client).await
         }
+        Implementation::Rest(rest) => check_rest_probe(&mut report, &subject, provider, rest).await,
     }
     implementation.close();
     report.checks
@@ -652,6 +653,7 @@ fn target(provider: &ProviderBinding) -> String {
         ProviderKind::Sqlite { database, .. } => {
             format!("database {}", super::shown_path(database))
         }
+        ProviderKind::Rest(spec) => format!("endpoint {}", spec.endpoint),
     }
 }
 
@@ -758,6 +760,32 @@ async fn check_describe(
                 explain(&error, timeout_ms)
             ),
         ),
+    }
+}
+
+/// The REST readiness probe (a `GET` of `probe_path`, or of the endpoint) within the
+/// binding's timeout. The URL is never shown with its query.
+async fn check_rest_probe(
+    report: &mut Report,
+    subject: &str,
+    provider: &ProviderBinding,
+    rest: &crate::providers::rest::RestProvider,
+) {
+    let timeout_ms = provider.timeout.as_millis();
+    let started = Instant::now();
+    let probed = match &provider.kind {
+        ProviderKind::Rest(spec) => crate::providers::rest::probe_target(spec),
+        _ => target(provider),
+    };
+    match rest.probe(started + provider.timeout).await {
+        Ok(()) => report.ok(
+            subject,
+            format!(
+                "{probed} is reachable: GET answered 2xx ({} ms, timeout {timeout_ms} ms)",
+                started.elapsed().as_millis()
+            ),
+        ),
+        Err(problem) => report.fail(subject, format!("{probed}: GET failed: {problem}")),
     }
 }
 

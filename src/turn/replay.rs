@@ -485,7 +485,9 @@ fn replay_outcome(
     };
     outcome.version = record.version.clone();
     outcome.revision = record.upstream_revision.clone();
-    Ok(outcome.with_redactions(record.redactions.clone()))
+    Ok(outcome
+        .with_redactions(record.redactions.clone())
+        .with_items_dropped(record.items_dropped))
 }
 
 /// The items of an `OK` answer in their recorded order, or `None` when they cannot be
