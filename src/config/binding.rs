@@ -1108,19 +1108,15 @@ mod tests {
         for (kind, needle) in [
             (
                 "postgres",
-                "\"postgres\" is not available in this version (supported: http, sqlite)",
-            ),
-            (
-                "rest",
-                "\"rest\" is not available in this version (supported: http, sqlite)",
+                "\"postgres\" is not available in this version (supported: http, sqlite, rest)",
             ),
             (
                 "mcp",
-                "\"mcp\" is not available in this version (supported: http, sqlite)",
+                "\"mcp\" is not available in this version (supported: http, sqlite, rest)",
             ),
             (
                 "grpc",
-                "unknown provider type \"grpc\" (supported: http, sqlite)",
+                "unknown provider type \"grpc\" (supported: http, sqlite, rest)",
             ),
             ("HTTP", "unknown provider type \"HTTP\""),
         ] {
@@ -1130,7 +1126,7 @@ mod tests {
         assert_one_problem(
             "revision = \"r1\"\n[providers.x]\ntimeout_ms = 100\n",
             "providers.x.type",
-            "is required (supported: http, sqlite)",
+            "is required (supported: http, sqlite, rest)",
         );
     }
 
