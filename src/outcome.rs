@@ -283,7 +283,7 @@ pub struct Outcome {
     pub(crate) redactions: RedactionCounts,
     /// Items past the layer's limit that the provider left out (a REST API does not
     /// know the limit): recorded, not a failure.
-    pub(crate) items_dropped: u32,
+    pub items_dropped: u32,
 }
 
 impl Outcome {

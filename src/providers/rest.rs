@@ -384,6 +384,23 @@ mod tests {
     use crate::contract::ProviderStatus;
 
     #[test]
+    fn the_breaker_counts_a_429_but_not_the_calls_held_back_after_it() {
+        use crate::resilience::breaker::{CallResult, classify};
+        let rate_limited = Outcome::failed(Failure::RateLimited, LIVE);
+        assert_eq!(classify(&rate_limited), CallResult::Failure);
+        let held = Outcome::failed(Failure::BackingOff, LIVE);
+        assert_eq!(classify(&held), CallResult::Neutral);
+        assert_eq!(
+            (held.status(), held.detail()),
+            (rate_limited.status(), rate_limited.detail())
+        );
+        let refused = Outcome::failed(Failure::RequestRefused(422), LIVE);
+        assert_eq!(classify(&refused), CallResult::Neutral);
+        let unmappable = Outcome::failed(Failure::MappingFailed, LIVE);
+        assert_eq!(classify(&unmappable), CallResult::Success);
+    }
+
+    #[test]
     fn status_codes_map_to_failures() {
         use ProviderStatus::*;
         let cases: &[(u16, Option<(ProviderStatus, &str)>)] = &[
