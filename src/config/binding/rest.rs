@@ -575,7 +575,12 @@ pub(super) fn check_spec(problems: &mut Problems, path: &str, spec: &RestSpec) {
             RestAuth::ApiKey { .. } => "key_env",
             _ => "value_env",
         };
-        problems.env_name(&key_path(&key_path(path, "auth"), env_key), name);
+        let env_path = if spec.preset.is_some() {
+            key_path(path, "token_env")
+        } else {
+            key_path(&key_path(path, "auth"), env_key)
+        };
+        problems.env_name(&env_path, name);
     }
 }
 

@@ -395,3 +395,135 @@ fn jira(preset: &str, project: &str, auth: RestAuth) -> RestSpec {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::binding::{Binding, ProviderKind};
+    use crate::config::{RestAuth, Template};
+
+    fn parse(keys: &str) -> Result<Binding, crate::config::ConfigErrors> {
+        let text = format!(
+            "revision = \"r1\"\n[providers.issues]\ntype = \"rest\"\nversion = \"v1\"\n{keys}"
+        );
+        Binding::parse(&text, std::path::Path::new("/srv"))
+    }
+
+    fn spec(keys: &str) -> super::RestSpec {
+        match &parse(keys).unwrap_or_else(|e| panic!("{e}")).providers["issues"].kind {
+            ProviderKind::Rest(spec) => (**spec).clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn presets_expand_with_defaults_and_explain_themselves() {
+        let github = spec(
+            "preset = \"github.issue\"\nrepository = \"acme/widgets\"\ntoken_env = \"GITHUB_TOKEN\"\n",
+        );
+        assert_eq!(github.endpoint.as_str(), "https://api.github.com/");
+        assert_eq!(
+            github.auth,
+            RestAuth::Bearer {
+                token_env: "GITHUB_TOKEN".into()
+            }
+        );
+        let explained = github.explain("issues");
+        for needle in [
+            "preset = \"github.issue\"",
+            "path = \"/repos/acme/widgets/issues/{value}\"",
+            "token_env = \"GITHUB_TOKEN\"",
+            "labels = \"$.labels[*].name\"",
+            "probe_path = \"/repos/acme/widgets\"",
+        ] {
+            assert!(explained.contains(needle), "{needle} in {explained}");
+        }
+        let gitlab = spec("preset = \"gitlab.issue\"\nproject = \"group/sub/widgets\"\n");
+        assert_eq!(gitlab.endpoint.as_str(), "https://gitlab.com/api/v4");
+        assert_eq!(gitlab.auth, RestAuth::None);
+        assert!(
+            gitlab
+                .explain("issues")
+                .contains("path = \"/projects/group%2Fsub%2Fwidgets/issues/{value}\"")
+        );
+        let jira = spec(
+            "preset = \"jira.search\"\nendpoint = \"https://acme.atlassian.net\"\nproject = \"SUP\"\ntoken_env = \"JIRA_TOKEN\"\nemail = \"ops@acme.example\"\n",
+        );
+        assert_eq!(
+            jira.auth,
+            RestAuth::Basic {
+                username: "ops@acme.example".into(),
+                password_env: "JIRA_TOKEN".into()
+            }
+        );
+        assert!(matches!(
+            &jira.params[0],
+            (name, Template::QuotedValue { .. }) if name == "jql"
+        ));
+    }
+
+    #[test]
+    fn preset_mistakes_are_named_by_key() {
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "preset = \"github.pulls\"",
+                "providers.issues.preset",
+                "unknown preset",
+            ),
+            (
+                "preset = \"github.issue\"",
+                "providers.issues.repository",
+                "required",
+            ),
+            (
+                "preset = \"github.issue\"\nrepository = \"acme/../x\"",
+                "providers.issues.repository",
+                "owner/name",
+            ),
+            (
+                "preset = \"github.issue\"\nrepository = \"a/b\"\npath = \"/x/{value}\"",
+                "providers.issues.path",
+                "set by preset",
+            ),
+            (
+                "preset = \"github.issue\"\nrepository = \"a/b\"\nproject = \"p\"",
+                "providers.issues.project",
+                "not a setting",
+            ),
+            (
+                "preset = \"gitlab.issue\"\nproject = \"a b\"",
+                "providers.issues.project",
+                "project id",
+            ),
+            (
+                "preset = \"jira.issue\"\ntoken_env = \"T\"",
+                "providers.issues.endpoint",
+                "Jira site",
+            ),
+            (
+                "preset = \"jira.issue\"\nendpoint = \"https://a.atlassian.net\"",
+                "providers.issues.token_env",
+                "required",
+            ),
+            (
+                "preset = \"jira.search\"\nendpoint = \"https://a.atlassian.net\"\ntoken_env = \"T\"\nproject = \"SUP\\\" OR x\"",
+                "providers.issues.project",
+                "project key",
+            ),
+            (
+                "preset = \"jira.search\"\nendpoint = \"https://a.atlassian.net\"\ntoken_env = \"T 1\"\nproject = \"SUP\"",
+                "providers.issues.token_env",
+                "environment variable",
+            ),
+        ];
+        for (keys, path, needle) in cases {
+            let errors = parse(keys).expect_err(keys);
+            assert!(
+                errors
+                    .errors
+                    .iter()
+                    .any(|e| e.path == *path && e.message.contains(needle)),
+                "{keys}: {errors}"
+            );
+        }
+    }
+}
