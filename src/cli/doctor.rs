@@ -600,6 +600,11 @@ async fn check_provider(
     {
         return report.checks;
     }
+    if let ProviderKind::Rest(spec) = &provider.kind
+        && !check_rest_binding(&mut report, &subject, spec, env)
+    {
+        return report.checks;
+    }
     let built = tokio::time::timeout(
         SQLITE_CHECK_LIMIT,
         crate::deployment::build_implementation(provider, env),
@@ -760,6 +765,66 @@ async fn check_describe(
                 explain(&error, timeout_ms)
             ),
         ),
+    }
+}
+
+/// A rest binding's endpoint rule, its auth secret's presence and, for `query` auth, the
+/// warning that the secret travels in the URL; `false` when the provider cannot
+/// authenticate, so nothing is sent.
+fn check_rest_binding(
+    report: &mut Report,
+    subject: &str,
+    spec: &crate::config::RestSpec,
+    env: &EnvVars,
+) -> bool {
+    let endpoint = &spec.endpoint;
+    if endpoint.scheme() == "https" {
+        report.ok(subject, format!("endpoint {endpoint} uses https"));
+    } else {
+        report.ok(
+            subject,
+            format!("endpoint {endpoint} is plain http to a loopback host, which is allowed only for loopback (https everywhere else)"),
+        );
+    }
+    let auth = &spec.auth;
+    if let crate::config::RestAuth::Query { param, .. } = auth {
+        report.warn(
+            subject,
+            format!(
+                "auth type \"query\" sends the secret in the URL (parameter {param:?}): ctxd never logs or shows that URL, but the API's own access logs and any proxy in between may record it; prefer a header method if the API offers one"
+            ),
+        );
+    }
+    let Some(name) = auth.secret_env() else {
+        report.ok(subject, "auth type \"none\": no secret is sent");
+        return true;
+    };
+    match env.get(name) {
+        None | Some("") => {
+            let state = if env.get(name).is_some() {
+                "is empty"
+            } else {
+                "is not set"
+            };
+            report.fail(
+                subject,
+                format!(
+                    "auth ({}): environment variable {name:?} {state}: the provider cannot authenticate (not probed)",
+                    auth.type_name()
+                ),
+            );
+            false
+        }
+        Some(_) => {
+            report.ok(
+                subject,
+                format!(
+                    "auth ({}): environment variable {name:?} is set",
+                    auth.type_name()
+                ),
+            );
+            true
+        }
     }
 }
 

@@ -16,6 +16,7 @@ mod provenance;
 mod provider_server;
 mod readme_demo;
 mod redaction;
+mod rest_cli;
 mod rest_presets;
 mod rest_provider;
 mod serve;

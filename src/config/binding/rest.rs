@@ -62,7 +62,7 @@ pub struct RestSpec {
     pub(crate) method: RestMethod,
     /// Segments appended to the endpoint's path.
     pub(crate) path: Vec<Segment>,
-    /// Query parameters, in the order written.
+    /// Query parameters: a binding's in name order, a preset's in its own order.
     pub(crate) params: Vec<(String, Template)>,
     /// The JSON body template (`POST` only); strings are [`Template`]s.
     pub(crate) body: Option<Json>,
