@@ -158,7 +158,7 @@ impl RestProvider {
 
     /// One lookup. Never panics; every failure is an outcome with a typed failure.
     pub async fn lookup(&self, call: &LookupCall<'_>) -> Outcome {
-        let outcome = self.lookup_unlogged(call).await;
+        let (outcome, _reason) = self.lookup_explained(call).await;
         tracing::debug!(
             provider = %call.provider,
             status = %outcome.status(),
@@ -169,18 +169,23 @@ impl RestProvider {
         outcome
     }
 
-    async fn lookup_unlogged(&self, call: &LookupCall<'_>) -> Outcome {
+    /// [`RestProvider::lookup`] with, when the answer did not map, why: the binding's
+    /// path and the item index (never a value from the answer), for `provider-check`.
+    pub(crate) async fn lookup_explained(
+        &self,
+        call: &LookupCall<'_>,
+    ) -> (Outcome, Option<String>) {
         if self.backoff.is_waiting(Instant::now()) {
-            return failed(Failure::BackingOff);
+            return (failed(Failure::BackingOff), None);
         }
         let limit = call.limit.min(MAX_ITEMS as u32);
         let built = match request::build(&self.spec, call.value, limit, self.query_secret()) {
             Ok(built) => built,
-            Err(failure) => return failed(failure),
+            Err(failure) => return (failed(failure), None),
         };
         let body = match built.body.as_ref().map(serde_json::to_vec).transpose() {
             Ok(body) => body,
-            Err(_) => return failed(Failure::RequestUnencodable),
+            Err(_) => return (failed(Failure::RequestUnencodable), None),
         };
         let method = match self.spec.method {
             RestMethod::Get => reqwest::Method::GET,
@@ -190,8 +195,8 @@ impl RestProvider {
             .exchange_by(call.deadline, method, built.url, body)
             .await
         {
-            Err(failure) => failed(failure),
-            Ok(Answer::NotFound) => Outcome::not_found(LIVE),
+            Err(failure) => (failed(failure), None),
+            Ok(Answer::NotFound) => (Outcome::not_found(LIVE), None),
             Ok(Answer::Body(bytes)) => self.parse(call, &bytes, limit),
         }
     }
@@ -308,28 +313,30 @@ impl RestProvider {
         Ok(Answer::Body(bytes))
     }
 
-    fn parse(&self, call: &LookupCall<'_>, bytes: &[u8], limit: u32) -> Outcome {
+    fn parse(&self, call: &LookupCall<'_>, bytes: &[u8], limit: u32) -> (Outcome, Option<String>) {
         let Ok(json) = serde_json::from_slice::<serde_json::Value>(bytes) else {
-            return failed(Failure::NotJson);
+            return (failed(Failure::NotJson), None);
         };
         let mapped = match mapping::map_items(&self.spec.mapping, &json, limit as usize) {
             Ok(mapped) => mapped,
             Err(error) => {
+                let reason = redacted(&error.to_string()).into_owned();
                 tracing::warn!(
                     provider = %call.provider,
-                    reason = %redacted(&error.to_string()),
+                    reason = %reason,
                     "rest answer does not map to items"
                 );
-                return failed(match error {
+                let failure = match error {
                     MappingError::NoItemList { .. } => Failure::NoItemList,
                     MappingError::Field { .. } => Failure::MappingFailed,
-                });
+                };
+                return (failed(failure), Some(reason));
             }
         };
         let mut items = mapped.items;
         let redactions = match bounds::check_items(&mut items, limit, call.secrets) {
             Ok(redactions) => redactions,
-            Err(violation) => return failed(violation.failure()),
+            Err(violation) => return (failed(violation.failure()), Some(violation.to_string())),
         };
         if mapped.dropped > 0 {
             tracing::debug!(
@@ -339,9 +346,10 @@ impl RestProvider {
                 "rest answer had more items than the limit"
             );
         }
-        Outcome::answered(items, Currentness::Current, LIVE)
+        let outcome = Outcome::answered(items, Currentness::Current, LIVE)
             .with_redactions(redactions)
-            .with_items_dropped(u32::try_from(mapped.dropped).unwrap_or(u32::MAX))
+            .with_items_dropped(u32::try_from(mapped.dropped).unwrap_or(u32::MAX));
+        (outcome, None)
     }
 }
 

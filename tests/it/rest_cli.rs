@@ -255,3 +255,78 @@ async fn validate_explain_prints_the_expanded_preset() {
     assert_eq!(output.status.code(), Some(1));
     assert!(stdout_of(&output).contains("provider \"nobody\" is in no binding"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_check_runs_a_rest_binding_and_names_the_mapping_problem() {
+    let server = ProviderServer::new()
+        .respond_with(|request, _| {
+            let query = request.query.clone().unwrap_or_default();
+            if request.path == "/" {
+                Behaviour::Json(200, json!({}))
+            } else if query.contains(&format!("labels={VALUE}")) {
+                Behaviour::Json(200, Value::Array((1..=3).map(issue).collect()))
+            } else {
+                Behaviour::Json(200, json!([]))
+            }
+        })
+        .start()
+        .await;
+    let folder = tempfile::tempdir().unwrap();
+    let path = folder.path().join("binding.toml");
+    let broken = binding(&server)
+        .replace("[providers.customer-issues]", "[providers.broken]")
+        .replace(
+            "[providers.customer-issues.mapping]",
+            "[providers.broken.mapping]",
+        )
+        .replace("id = \"$.number\"", "id = \"$.key\"");
+    std::fs::write(
+        &path,
+        format!(
+            "{}{}",
+            binding(&server),
+            broken.replacen("revision = \"rest-1\"\n", "", 1)
+        ),
+    )
+    .unwrap();
+    let check = |provider: &str| {
+        vec![
+            "provider-check".to_owned(),
+            "--binding".to_owned(),
+            path.display().to_string(),
+            "--value".to_owned(),
+            VALUE.to_owned(),
+            provider.to_owned(),
+        ]
+    };
+
+    let output = run(check("customer-issues"), &[("ISSUES_TOKEN", SECRET)]).await;
+    let stdout = stdout_of(&output);
+    assert!(output.status.success(), "{stdout}{}", stderr_of(&output));
+    for needle in [
+        "PASS secret: environment variable \"ISSUES_TOKEN\" is set (query)",
+        "PASS reachable: the probe GET answered 2xx",
+        "PASS lookup: --value mapped to 2 item(s); 1 more past --limit 2 were dropped",
+        "PASS limit: limit 1 gave 1 item (2 dropped)",
+        "PASS not-found: a value no record can have gave NOT_FOUND",
+    ] {
+        assert!(stdout.contains(needle), "{needle} in:\n{stdout}");
+    }
+    assert!(!stdout.contains(SECRET), "{stdout}");
+
+    let output = run(check("broken"), &[("ISSUES_TOKEN", SECRET)]).await;
+    let stdout = stdout_of(&output);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("FAIL lookup: INVALID_RESPONSE (MAPPING_FAILED): item 0: mapping.id \"$.key\" found no id"),
+        "{stdout}"
+    );
+
+    let output = run(check("customer-issues"), &[]).await;
+    let stdout = stdout_of(&output);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("FAIL secret: environment variable \"ISSUES_TOKEN\" is not set"),
+        "{stdout}"
+    );
+}
