@@ -17,6 +17,7 @@ mod provider_server;
 mod readme_demo;
 mod redaction;
 mod rest_cli;
+mod rest_example;
 mod rest_presets;
 mod rest_provider;
 mod serve;

@@ -86,7 +86,7 @@ async fn github_issue_reads_one_issue_with_its_labels() {
         Value::Object(item.metadata.clone()),
         json!({
             "state": "open", "labels": ["bug", "export"], "author": "octocat",
-            "url": "https://github.com/acme/widgets/issues/42"
+            "page": "https://github.com/acme/widgets/issues/42"
         })
     );
     let request = only_request(&server);
@@ -195,7 +195,7 @@ async fn gitlab_issue_encodes_the_project_path_as_one_segment() {
         Value::Object(item.metadata.clone()),
         json!({
             "state": "opened", "labels": ["bug", "customer::acme"], "author": "root",
-            "url": "https://gitlab.example.com/group/widgets/-/issues/6"
+            "page": "https://gitlab.example.com/group/widgets/-/issues/6"
         })
     );
     let request = only_request(&server);

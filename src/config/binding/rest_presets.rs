@@ -269,7 +269,7 @@ fn github(preset: &str, repository: &str, auth: RestAuth) -> RestSpec {
             ("state".into(), path_of("$.state")),
             ("labels".into(), path_of("$.labels[*].name")),
             ("author".into(), path_of("$.user.login")),
-            ("url".into(), path_of("$.html_url")),
+            ("page".into(), path_of("$.html_url")),
         ],
     };
     let headers = vec![
@@ -308,7 +308,7 @@ fn gitlab(preset: &str, project: &str, auth: RestAuth) -> RestSpec {
         ("state".to_owned(), path_of("$.state")),
         ("labels".to_owned(), path_of("$.labels[*]")),
         ("author".to_owned(), path_of("$.author.username")),
-        ("url".to_owned(), path_of("$.web_url")),
+        ("page".to_owned(), path_of("$.web_url")),
     ];
     let probe = literal(&["projects", project]);
     if preset == "gitlab.issue" {
