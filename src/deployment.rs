@@ -481,9 +481,20 @@ fn check_binding_use(
             Some("") => "is empty",
             Some(_) => continue,
         };
+        let key = binding
+            .binding
+            .providers
+            .get(id)
+            .map_or("secret_env", |p| p.kind.secret_env_key());
         problems.add(
             &binding_file,
-            secret_problem(id, name, state),
+            databases::at_key(
+                id,
+                key,
+                format!(
+                    "environment variable {name:?} {state}: provider {id:?} cannot authenticate"
+                ),
+            ),
             Some(tenant_index),
             ProblemKind::Secret {
                 binding: binding.path.clone(),

@@ -132,6 +132,16 @@ impl ProviderKind {
         }
     }
 
+    /// The key naming that env var, for messages: `secret_env`; for rest, `auth` (or a
+    /// preset's `token_env`).
+    pub(crate) fn secret_env_key(&self) -> &'static str {
+        match self {
+            ProviderKind::Rest(spec) if spec.preset.is_some() => "token_env",
+            ProviderKind::Rest(_) => "auth",
+            _ => "secret_env",
+        }
+    }
+
     /// The env var holding this provider's secret, if any.
     pub(crate) fn secret_env(&self) -> Option<&str> {
         match self {
