@@ -828,6 +828,14 @@ fn check_rest_binding(
     }
 }
 
+/// What the REST probe's success meant, for its `ok` line.
+fn reachable_means(provider: &ProviderBinding) -> &'static str {
+    match &provider.kind {
+        ProviderKind::Rest(spec) if spec.probe_path.is_some() => "GET of probe_path answered 2xx",
+        _ => "GET of the endpoint was answered (no 401/403, 429 or 5xx)",
+    }
+}
+
 /// The REST readiness probe (a `GET` of `probe_path`, or of the endpoint) within the
 /// binding's timeout. The URL is never shown with its query.
 async fn check_rest_probe(
@@ -846,7 +854,8 @@ async fn check_rest_probe(
         Ok(()) => report.ok(
             subject,
             format!(
-                "{probed} is reachable: GET answered 2xx ({} ms, timeout {timeout_ms} ms)",
+                "{probed} is reachable: {} ({} ms, timeout {timeout_ms} ms)",
+                reachable_means(provider),
                 started.elapsed().as_millis()
             ),
         ),

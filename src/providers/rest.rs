@@ -201,10 +201,13 @@ impl RestProvider {
         }
     }
 
-    /// The readiness probe: a `GET` of `probe_path` below the endpoint (the endpoint
-    /// itself without one), with the binding's auth; ready on a 2xx. Honours a pending
-    /// `Retry-After` like a lookup. The error is a status and detail, never the URL.
-    pub(crate) async fn probe(&self, deadline: Instant) -> Result<(), String> {
+    /// The readiness probe: a `GET` of `probe_path` below the endpoint, with the
+    /// binding's auth, ready on a 2xx. Without a `probe_path`, a `GET` of the endpoint
+    /// itself, ready on any answer that shows the API is up and takes the credential
+    /// (an API root often answers 404 or 405): everything but a transport failure, a
+    /// timeout, 401/403, 429 and 5xx. Honours a pending `Retry-After` like a lookup.
+    /// The error is a status and detail, never the URL.
+    pub async fn probe(&self, deadline: Instant) -> Result<(), String> {
         if self.backoff.is_waiting(Instant::now()) {
             return Err(Failure::BackingOff.to_string());
         }
@@ -214,11 +217,14 @@ impl RestProvider {
         if let Some((param, secret)) = self.query_secret() {
             url.query_pairs_mut().append_pair(param, secret);
         }
+        let strict = self.spec.probe_path.is_some();
         match self
             .exchange_by(deadline, reqwest::Method::GET, url, None)
             .await
         {
             Ok(Answer::Body(_)) => Ok(()),
+            Ok(Answer::NotFound) if !strict => Ok(()),
+            Err(Failure::RequestRefused(_) | Failure::RedirectRefused) if !strict => Ok(()),
             Ok(Answer::NotFound) => Err("NOT_FOUND (HTTP 404 from the probe path)".to_owned()),
             Err(failure) => Err(failure.to_string()),
         }

@@ -541,3 +541,49 @@ async fn an_aws_key_in_an_item_body_is_refused_or_redacted() {
         "{content}"
     );
 }
+
+#[tokio::test]
+async fn the_probe_wants_2xx_from_probe_path_and_an_up_api_at_the_endpoint() {
+    let cases: &[(Option<&str>, u16, Result<(), &str>)] = &[
+        (None, 200, Ok(())),
+        (None, 404, Ok(())),
+        (None, 405, Ok(())),
+        (None, 401, Err("UNAVAILABLE (UNAUTHORIZED)")),
+        (None, 503, Err("UNAVAILABLE (HTTP_503)")),
+        (Some("/health"), 200, Ok(())),
+        (
+            Some("/health"),
+            404,
+            Err("NOT_FOUND (HTTP 404 from the probe path)"),
+        ),
+        (Some("/health"), 400, Err("INVALID_REQUEST (HTTP_400)")),
+    ];
+    for (probe_path, code, expected) in cases {
+        let server = serving(Behaviour::Status(*code)).await;
+        let probe = probe_path.map_or(String::new(), |p| format!("probe_path = \"{p}\"\n"));
+        let spec = rest_spec(
+            &format!("{}/api", origin(&server)),
+            &format!(
+                "path = \"/c/{{value}}\"\n{probe}auth = {{ type = \"bearer\", token_env = \"T\" }}\n{CUSTOMER_MAPPING}"
+            ),
+        );
+        let probed = rest_provider(&spec, Some(SECRET))
+            .probe(Instant::now() + DEADLINE)
+            .await;
+        assert_eq!(
+            probed,
+            expected.map_err(str::to_owned),
+            "{probe_path:?} {code}"
+        );
+        let request = only_request(&server);
+        assert_eq!(request.method, "GET");
+        assert_eq!(
+            request.path,
+            format!("/api{}", probe_path.unwrap_or_default())
+        );
+        assert_eq!(
+            request.header("authorization"),
+            Some(format!("Bearer {SECRET}").as_str())
+        );
+    }
+}

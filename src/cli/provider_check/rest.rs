@@ -97,7 +97,15 @@ pub(super) async fn check(
         }
     };
     match rest.probe(Instant::now() + timeout).await {
-        Ok(()) => report.push("reachable", Verdict::Pass, "the probe GET answered 2xx"),
+        Ok(()) => report.push(
+            "reachable",
+            Verdict::Pass,
+            if spec.probe_path.is_some() {
+                "GET of probe_path answered 2xx"
+            } else {
+                "GET of the endpoint was answered (no 401/403, 429 or 5xx)"
+            },
+        ),
         Err(problem) => report.push(
             "reachable",
             Verdict::Fail,
