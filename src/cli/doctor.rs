@@ -41,6 +41,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tokio::time::Instant;
 
+mod rest;
+
 /// Upper bound on opening one SQLite binding and preparing its query. `open` bounds its
 /// own waits (5 s); this guards the whole step so one stuck file cannot hang the doctor.
 const SQLITE_CHECK_LIMIT: Duration = Duration::from_secs(15);
@@ -601,7 +603,7 @@ async fn check_provider(
         return report.checks;
     }
     if let ProviderKind::Rest(spec) = &provider.kind
-        && !check_rest_binding(&mut report, &subject, spec, env)
+        && !rest::check_binding(&mut report, &subject, spec, env)
     {
         return report.checks;
     }
@@ -645,7 +647,9 @@ async fn check_provider(
         Implementation::Http(client) => {
             check_describe(&mut report, &subject, provider, client).await
         }
-        Implementation::Rest(rest) => check_rest_probe(&mut report, &subject, provider, rest).await,
+        Implementation::Rest(client) => {
+            rest::check_probe(&mut report, &subject, provider, client).await
+        }
     }
     implementation.close();
     report.checks
@@ -765,101 +769,6 @@ async fn check_describe(
                 explain(&error, timeout_ms)
             ),
         ),
-    }
-}
-
-/// A rest binding's endpoint rule, its auth secret's presence and, for `query` auth, the
-/// warning that the secret travels in the URL; `false` when the provider cannot
-/// authenticate, so nothing is sent.
-fn check_rest_binding(
-    report: &mut Report,
-    subject: &str,
-    spec: &crate::config::RestSpec,
-    env: &EnvVars,
-) -> bool {
-    let endpoint = &spec.endpoint;
-    if endpoint.scheme() == "https" {
-        report.ok(subject, format!("endpoint {endpoint} uses https"));
-    } else {
-        report.ok(
-            subject,
-            format!("endpoint {endpoint} is plain http to a loopback host, which is allowed only for loopback (https everywhere else)"),
-        );
-    }
-    let auth = &spec.auth;
-    if let crate::config::RestAuth::Query { param, .. } = auth {
-        report.warn(
-            subject,
-            format!(
-                "auth type \"query\" sends the secret in the URL (parameter {param:?}): ctxd never logs or shows that URL, but the API's own access logs and any proxy in between may record it; prefer a header method if the API offers one"
-            ),
-        );
-    }
-    let Some(name) = auth.secret_env() else {
-        report.ok(subject, "auth type \"none\": no secret is sent");
-        return true;
-    };
-    match env.get(name) {
-        None | Some("") => {
-            let state = if env.get(name).is_some() {
-                "is empty"
-            } else {
-                "is not set"
-            };
-            report.fail(
-                subject,
-                format!(
-                    "auth ({}): environment variable {name:?} {state}: the provider cannot authenticate (not probed)",
-                    auth.type_name()
-                ),
-            );
-            false
-        }
-        Some(_) => {
-            report.ok(
-                subject,
-                format!(
-                    "auth ({}): environment variable {name:?} is set",
-                    auth.type_name()
-                ),
-            );
-            true
-        }
-    }
-}
-
-/// What the REST probe's success meant, for its `ok` line.
-fn reachable_means(provider: &ProviderBinding) -> &'static str {
-    match &provider.kind {
-        ProviderKind::Rest(spec) if spec.probe_path.is_some() => "GET of probe_path answered 2xx",
-        _ => "GET of the endpoint was answered (no 401/403, 429 or 5xx)",
-    }
-}
-
-/// The REST readiness probe (a `GET` of `probe_path`, or of the endpoint) within the
-/// binding's timeout. The URL is never shown with its query.
-async fn check_rest_probe(
-    report: &mut Report,
-    subject: &str,
-    provider: &ProviderBinding,
-    rest: &crate::providers::rest::RestProvider,
-) {
-    let timeout_ms = provider.timeout.as_millis();
-    let started = Instant::now();
-    let probed = match &provider.kind {
-        ProviderKind::Rest(spec) => crate::providers::rest::probe_target(spec),
-        _ => target(provider),
-    };
-    match rest.probe(started + provider.timeout).await {
-        Ok(()) => report.ok(
-            subject,
-            format!(
-                "{probed} is reachable: {} ({} ms, timeout {timeout_ms} ms)",
-                reachable_means(provider),
-                started.elapsed().as_millis()
-            ),
-        ),
-        Err(problem) => report.fail(subject, format!("{probed}: GET failed: {problem}")),
     }
 }
 
