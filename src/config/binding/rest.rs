@@ -1151,6 +1151,30 @@ metadata = { plan = "$.plan.name", tags = "$.tags[*]" }
     }
 
     #[test]
+    fn the_shipped_rest_example_validates() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("config/bindings/example-rest.toml");
+        let binding = super::super::Binding::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let envs: Vec<(&str, &str)> = binding.secret_envs().collect();
+        assert_eq!(
+            envs,
+            [
+                ("customer-data", "CRM_API_TOKEN"),
+                ("issue", "GITHUB_TOKEN"),
+                ("jira-tickets", "JIRA_API_TOKEN"),
+                ("merge-requests", "GITLAB_TOKEN"),
+                ("tickets", "HELPDESK_API_KEY"),
+            ]
+        );
+        assert!(
+            binding
+                .providers
+                .values()
+                .all(|p| p.kind.type_name() == "rest")
+        );
+    }
+
+    #[test]
     fn paths_split_decode_and_refuse_dot_segments() {
         let mut problems = Problems::default();
         assert_eq!(
