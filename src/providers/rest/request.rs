@@ -23,6 +23,14 @@ pub(crate) fn build(
     limit: u32,
     query_secret: Option<(&str, &str)>,
 ) -> Result<BuiltRequest, Failure> {
+    if holds_quoted_slot(spec)
+        && value
+            .chars()
+            .any(|c| c == '"' || c == '\\' || c.is_control())
+    {
+        // The value grammar already excludes these; a quoted literal must never be left.
+        return Err(Failure::RequestNotBuilt);
+    }
     let mut url = with_segments(&spec.endpoint, &spec.path, Some(value))?;
     {
         let mut query = url.query_pairs_mut();
@@ -41,6 +49,22 @@ pub(crate) fn build(
         .as_ref()
         .map(|body| render_body(body, value, limit));
     Ok(BuiltRequest { url, body })
+}
+
+/// Whether the value goes into a double-quoted literal (a params value or body string).
+fn holds_quoted_slot(spec: &RestSpec) -> bool {
+    fn in_body(body: &Json) -> bool {
+        match body {
+            Json::String(text) => matches!(Template::parse(text), Ok(Template::QuotedValue { .. })),
+            Json::Array(items) => items.iter().any(in_body),
+            Json::Object(map) => map.values().any(in_body),
+            _ => false,
+        }
+    }
+    spec.params
+        .iter()
+        .any(|(_, template)| matches!(template, Template::QuotedValue { .. }))
+        || spec.body.as_ref().is_some_and(in_body)
 }
 
 /// The endpoint with `segments` appended below its path; `value` fills
@@ -185,6 +209,13 @@ mod tests {
             "https://api.example/search?jql=key+%3D+%22SUP-17%26x%3D1%22&maxResults=7&fields=summary%2Clabels&api_key=k%261"
         );
         assert_eq!(built.url.host_str(), Some("api.example"));
+        for escaping in ["a\"b", "a\\b", "a\nb"] {
+            assert_eq!(
+                build(&spec, escaping, 7, None),
+                Err(Failure::RequestNotBuilt),
+                "{escaping:?}"
+            );
+        }
         let bare = build(&spec_no_params(), "1", 1, None).unwrap();
         assert_eq!(bare.url.query(), None);
     }
