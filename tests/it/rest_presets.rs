@@ -16,6 +16,17 @@ fn query_pairs(request: &RecordedRequest) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The value appears exactly once in everything the API received: in its slot.
+#[track_caller]
+fn value_once(request: &RecordedRequest, value: &str) {
+    let everything = format!(
+        "{}\r\n{}",
+        request.head_text(),
+        String::from_utf8_lossy(&request.body)
+    );
+    assert_eq!(everything.matches(value).count(), 1, "{everything}");
+}
+
 fn only_request(server: &RunningProvider) -> RecordedRequest {
     let requests = server.requests();
     assert_eq!(requests.len(), 1, "{requests:?}");
@@ -143,6 +154,7 @@ async fn github_issues_lists_by_label_and_leaves_pagination_to_the_limit() {
         ]
     );
     assert_eq!(request.header("authorization"), None);
+    value_once(&request, "CUST-1042");
 }
 
 /// An issue as GitLab's REST API documents it (`GET /projects/:id/issues/:iid`).
@@ -258,6 +270,7 @@ async fn gitlab_merge_requests_search_with_pagination_headers() {
             ("per_page".to_owned(), "2".to_owned()),
         ]
     );
+    value_once(&request, "CUST-1042");
 }
 
 /// An issue as Jira's REST API v2 documents it: the data under `fields`.
@@ -370,7 +383,7 @@ async fn jira_search_puts_the_value_only_in_a_quoted_jql_literal() {
         request.header("authorization"),
         Some(format!("Bearer {TOKEN}").as_str())
     );
-    assert_eq!(request.head_text().matches("CUST-1042").count(), 1);
+    value_once(&request, "CUST-1042");
 }
 
 #[tokio::test]
