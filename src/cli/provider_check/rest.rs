@@ -26,6 +26,9 @@ pub(super) async fn check(
     args: &ProviderCheckArgs,
     env: &EnvVars,
 ) -> anyhow::Result<Conformance> {
+    if args.secret_env.is_some() {
+        bail!("--secret-env: not used with --binding: the binding's `auth` names the env var");
+    }
     let loaded = Binding::load(binding).map_err(|errors| anyhow::anyhow!("{errors}"))?;
     let id = &args.url;
     let provider = loaded
