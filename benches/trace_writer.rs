@@ -102,6 +102,7 @@ fn provider_record(
         source: Some(Source::Live),
         age_ms: None,
         redactions: Default::default(),
+        items_dropped: 0,
         retention: RetentionRecord {
             policy: retention.to_owned(),
             ttl_ms: 7 * 24 * 3_600_000,

@@ -18,6 +18,7 @@ use crate::config::{
 };
 use crate::project::{LoadError, Project};
 use crate::providers::http::{HttpProvider, HttpSetupError};
+use crate::providers::rest::RestProvider;
 use crate::providers::sqlite::{SqliteProvider, SqliteSetupError};
 use crate::providers::{Implementation, Secret};
 use crate::validation::Problem;
@@ -480,9 +481,20 @@ fn check_binding_use(
             Some("") => "is empty",
             Some(_) => continue,
         };
+        let key = binding
+            .binding
+            .providers
+            .get(id)
+            .map_or("secret_env", |p| p.kind.secret_env_key());
         problems.add(
             &binding_file,
-            secret_problem(id, name, state),
+            databases::at_key(
+                id,
+                key,
+                format!(
+                    "environment variable {name:?} {state}: provider {id:?} cannot authenticate"
+                ),
+            ),
             Some(tenant_index),
             ProblemKind::Secret {
                 binding: binding.path.clone(),
@@ -598,6 +610,17 @@ pub(crate) async fn build_implementation(
         ProviderKind::Sqlite { database, query } => {
             let provider = SqliteProvider::open(database, query, &binding.pool).await?;
             Ok(Implementation::Sqlite(provider))
+        }
+        ProviderKind::Rest(spec) => {
+            let secret = match spec.auth.secret_env() {
+                Some(name) => Some(Secret::new(
+                    env.get(name)
+                        .ok_or_else(|| SetupError::SecretNotSet(name.to_owned()))?,
+                )),
+                None => None,
+            };
+            let provider = RestProvider::new(spec, secret, &binding.pool, binding.timeout)?;
+            Ok(Implementation::Rest(provider))
         }
     }
 }

@@ -36,6 +36,16 @@ pub(crate) mod detail {
     /// `NOT_EVALUATED`: a replay cannot reproduce the recorded answer (its content was
     /// not retained, has expired, or no longer matches its fingerprint).
     pub(crate) const LIVE_DEPENDENCY_UNAVAILABLE: &str = "LIVE_DEPENDENCY_UNAVAILABLE";
+    /// `UNAVAILABLE`: a REST API answered 429, or its `Retry-After` has not passed yet.
+    pub(crate) const RATE_LIMITED: &str = "RATE_LIMITED";
+    /// `INVALID_RESPONSE`: a REST API's 2xx body is not JSON.
+    pub(crate) const NOT_JSON: &str = "NOT_JSON";
+    /// `INVALID_RESPONSE`: a REST binding's `mapping.items` found no list or object.
+    pub(crate) const NO_ITEM_LIST: &str = "NO_ITEM_LIST";
+    /// `INVALID_RESPONSE`: an item field does not map (the log names path and index).
+    pub(crate) const MAPPING_FAILED: &str = "MAPPING_FAILED";
+    /// `INVALID_REQUEST`: the value cannot be a path segment (`.` or `..`).
+    pub(crate) const VALUE_NOT_A_PATH_SEGMENT: &str = "VALUE_NOT_A_PATH_SEGMENT";
 }
 
 /// Why an invocation gave no usable answer. Each variant is one cause with a fixed
@@ -91,6 +101,20 @@ pub enum Failure {
     LiveDependencyUnavailable,
     /// The deployment binds no implementation to the provider.
     NotBound,
+    /// A REST API answered 429 (`Retry-After` is honoured: see [`Failure::BackingOff`]).
+    RateLimited,
+    /// A REST API's `Retry-After` has not passed: the provider was not contacted.
+    BackingOff,
+    /// A REST API refused the request with a 4xx other than 401, 403, 404 and 429.
+    RequestRefused(u16),
+    /// A REST API's 2xx body is not JSON.
+    NotJson,
+    /// A REST binding's item list path found no list or object.
+    NoItemList,
+    /// A REST item field does not map to the item's shape.
+    MappingFailed,
+    /// The value cannot be a path segment (`.` or `..`): the request was not sent.
+    ValueNotAPathSegment,
     /// A failure as a fixture or a trace record states it. The status is never `OK` or
     /// `NOT_FOUND` (see [`Outcome::stated`]).
     Stated {
@@ -111,7 +135,11 @@ impl Failure {
             | Failure::Unauthorized
             | Failure::HttpStatus(_)
             | Failure::PoolClosed
-            | Failure::DatabaseError => S::Unavailable,
+            | Failure::DatabaseError
+            | Failure::RateLimited
+            | Failure::BackingOff => S::Unavailable,
+            Failure::RequestRefused(_) | Failure::ValueNotAPathSegment => S::InvalidRequest,
+            Failure::NotJson | Failure::NoItemList | Failure::MappingFailed => S::InvalidResponse,
             Failure::Deadline | Failure::PoolExhausted => S::Timeout,
             Failure::RedirectRefused | Failure::Malformed => S::InvalidResponse,
             Failure::ResponseTooLarge | Failure::TooManyItems | Failure::ItemTooLarge => {
@@ -151,6 +179,12 @@ impl Failure {
             Failure::RequestNotBuilt | Failure::NotBound => return None,
             Failure::FixtureMissing => detail::PROVIDER_FIXTURE_MISSING,
             Failure::LiveDependencyUnavailable => detail::LIVE_DEPENDENCY_UNAVAILABLE,
+            Failure::RateLimited | Failure::BackingOff => detail::RATE_LIMITED,
+            Failure::RequestRefused(code) => http_code_detail(*code),
+            Failure::NotJson => detail::NOT_JSON,
+            Failure::NoItemList => detail::NO_ITEM_LIST,
+            Failure::MappingFailed => detail::MAPPING_FAILED,
+            Failure::ValueNotAPathSegment => detail::VALUE_NOT_A_PATH_SEGMENT,
             Failure::Stated { detail, .. } => return detail.as_deref(),
         })
     }
@@ -166,9 +200,13 @@ impl Failure {
             )
     }
 
-    /// Whether ctxd's own admission (circuit, permits) refused the call.
+    /// Whether ctxd's own admission (circuit, permits, a REST API's pending
+    /// `Retry-After`) refused the call: the provider was not contacted.
     pub(crate) fn is_refused_by_admission(&self) -> bool {
-        matches!(self, Failure::CircuitOpen | Failure::Overloaded)
+        matches!(
+            self,
+            Failure::CircuitOpen | Failure::Overloaded | Failure::BackingOff
+        )
     }
 
     /// Whether the provider was contacted and answered something: an answer that was
@@ -243,6 +281,9 @@ pub struct Outcome {
     /// Secrets replaced in the items under `secrets = "redact"`, by kind: the answer is
     /// kept, and the turn's answer and trace say what was taken out of it.
     pub(crate) redactions: RedactionCounts,
+    /// Items past the layer's limit that the provider left out (a REST API does not
+    /// know the limit): recorded, not a failure.
+    pub items_dropped: u32,
 }
 
 impl Outcome {
@@ -295,7 +336,14 @@ impl Outcome {
             revision: None,
             source,
             redactions: RedactionCounts::new(),
+            items_dropped: 0,
         }
+    }
+
+    /// The outcome with the count of items left out past the limit.
+    pub(crate) fn with_items_dropped(mut self, dropped: u32) -> Self {
+        self.items_dropped = dropped;
+        self
     }
 
     /// The outcome with the counts of the secrets its items had redacted.

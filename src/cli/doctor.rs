@@ -41,6 +41,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tokio::time::Instant;
 
+mod rest;
+
 /// Upper bound on opening one SQLite binding and preparing its query. `open` bounds its
 /// own waits (5 s); this guards the whole step so one stuck file cannot hang the doctor.
 const SQLITE_CHECK_LIMIT: Duration = Duration::from_secs(15);
@@ -600,6 +602,11 @@ async fn check_provider(
     {
         return report.checks;
     }
+    if let ProviderKind::Rest(spec) = &provider.kind
+        && !rest::check_binding(&mut report, &subject, spec, env)
+    {
+        return report.checks;
+    }
     let built = tokio::time::timeout(
         SQLITE_CHECK_LIMIT,
         crate::deployment::build_implementation(provider, env),
@@ -640,6 +647,9 @@ async fn check_provider(
         Implementation::Http(client) => {
             check_describe(&mut report, &subject, provider, client).await
         }
+        Implementation::Rest(client) => {
+            rest::check_probe(&mut report, &subject, provider, client).await
+        }
     }
     implementation.close();
     report.checks
@@ -652,6 +662,7 @@ fn target(provider: &ProviderBinding) -> String {
         ProviderKind::Sqlite { database, .. } => {
             format!("database {}", super::shown_path(database))
         }
+        ProviderKind::Rest(spec) => format!("endpoint {}", spec.endpoint),
     }
 }
 

@@ -33,13 +33,21 @@ use std::process::ExitCode;
 use std::time::Duration;
 use url::Url;
 
+mod rest;
+
 /// Longest provider-reported label (contract, version, capability) shown in a detail.
 const MAX_SHOWN_CHARS: usize = 64;
 
 #[derive(Debug, Clone, Args)]
 pub(crate) struct ProviderCheckArgs {
-    /// The provider endpoint: https://…, or http:// to a loopback host
+    /// The provider endpoint: https://…, or http:// to a loopback host; with
+    /// `--binding`, the id of a rest provider in that binding file
+    #[arg(value_name = "URL|PROVIDER")]
     pub(crate) url: String,
+    /// Check a `rest` provider of this binding file (PROVIDER is its id) through the
+    /// provider ctxd runs: secret, probe, lookup and mapping, limit, not-found
+    #[arg(long, value_name = "FILE")]
+    pub(crate) binding: Option<std::path::PathBuf>,
     /// Environment variable holding the bearer secret to send; answers are then checked
     /// for reflecting it
     #[arg(long, value_name = "VAR")]
@@ -200,11 +208,16 @@ struct Target {
 }
 
 pub(crate) fn run(args: &ProviderCheckArgs) -> anyhow::Result<ExitCode> {
-    let target = target(args, &EnvVars::from_process())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let conformance = runtime.block_on(check(&target))?;
+    let conformance = match &args.binding {
+        Some(binding) => runtime.block_on(rest::check(binding, args, &EnvVars::from_process()))?,
+        None => {
+            let target = target(args, &EnvVars::from_process())?;
+            runtime.block_on(check(&target))?
+        }
+    };
     match args.format {
         Format::Human => super::print(&conformance.human())?,
         Format::Json => super::print_json(&conformance.json())?,

@@ -18,6 +18,10 @@ pub(crate) struct ValidateArgs {
     /// The server config to check
     #[arg(long, default_value = "config/ctxd.toml")]
     pub(crate) config: PathBuf,
+    /// Also print this provider's binding as it will be used: a `rest` preset expanded
+    /// to its endpoint, path, params, headers, auth and mapping
+    #[arg(long, value_name = "PROVIDER")]
+    pub(crate) explain: Option<String>,
 }
 
 /// What `validate` found: problems as `file: path: message` lines, and what it checked.
@@ -78,6 +82,16 @@ pub(crate) fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "{line}")?;
     }
     writeln!(out, "{}", report.summary())?;
+    if let Some(provider) = &args.explain {
+        let explained = explain(&args.config, &EnvVars::from_process(), provider);
+        if explained.is_empty() {
+            writeln!(out, "provider {provider:?} is in no binding that loads")?;
+            return Ok(ExitCode::from(1));
+        }
+        for text in explained {
+            write!(out, "{text}")?;
+        }
+    }
     Ok(if report.is_ok() {
         ExitCode::SUCCESS
     } else {
@@ -128,6 +142,34 @@ pub(crate) fn check(config: &Path, env: &EnvVars) -> Report {
         report.problem(problem.to_string());
     }
     report
+}
+
+/// `provider`'s entry in every binding that loads and binds it, as TOML with every
+/// preset and default applied (env var names, never secret values), each after a
+/// `# tenant …, binding …` comment line.
+pub(crate) fn explain(config: &Path, env: &EnvVars, provider: &str) -> Vec<String> {
+    let Ok(server) = ServerConfig::load(config) else {
+        return Vec::new();
+    };
+    let deployment = Deployment::resolve(&server, env);
+    let mut explained = Vec::new();
+    for tenant in &deployment.tenants {
+        for resolved in &tenant.bindings {
+            let Some(bound) = resolved.binding.providers.get(provider) else {
+                continue;
+            };
+            let body = match &bound.kind {
+                crate::config::ProviderKind::Rest(spec) => spec.explain(provider),
+                other => format!("[providers.{provider}]\ntype = {:?}\n", other.type_name()),
+            };
+            explained.push(format!(
+                "# tenant {:?}, binding {}\n{body}",
+                tenant.id,
+                super::shown_path(&resolved.path)
+            ));
+        }
+    }
+    explained
 }
 
 #[cfg(test)]

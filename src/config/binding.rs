@@ -25,7 +25,12 @@ use std::time::Duration;
 use url::Url;
 
 mod query;
+mod rest;
+mod rest_presets;
 mod settings;
+
+pub use rest::RestSpec;
+pub(crate) use rest::{Mapping, RestAuth, RestMethod, Segment, Template};
 
 /// Provider timeout when neither the provider nor `[defaults]` sets one.
 pub const DEFAULT_TIMEOUT_MS: u64 = 1000;
@@ -34,9 +39,9 @@ const MAX_VERSION_CHARS: usize = 128;
 pub const DEFAULT_RETENTION_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Provider types this version serves.
-const SUPPORTED_TYPES: &str = "http, sqlite";
+const SUPPORTED_TYPES: &str = "http, sqlite, rest";
 /// Provider types the product defines but this version does not serve yet.
-const LATER_TYPES: &[&str] = &["postgres", "rest", "mcp"];
+const LATER_TYPES: &[&str] = &["postgres", "mcp"];
 /// Keys that say *which* implementation serves a provider: never in `[defaults]`.
 const IDENTITY_KEYS: &[&str] = &[
     "type",
@@ -113,6 +118,8 @@ pub enum ProviderKind {
         database: PathBuf,
         query: String,
     },
+    /// A JSON API: one request per lookup, the answer mapped to items by JSONPath.
+    Rest(Box<RestSpec>),
 }
 
 impl ProviderKind {
@@ -121,6 +128,17 @@ impl ProviderKind {
         match self {
             ProviderKind::Http { .. } => "http",
             ProviderKind::Sqlite { .. } => "sqlite",
+            ProviderKind::Rest(_) => "rest",
+        }
+    }
+
+    /// The key naming that env var, for messages: `secret_env`; for rest, `auth` (or a
+    /// preset's `token_env`).
+    pub(crate) fn secret_env_key(&self) -> &'static str {
+        match self {
+            ProviderKind::Rest(spec) if spec.preset.is_some() => "token_env",
+            ProviderKind::Rest(_) => "auth",
+            _ => "secret_env",
         }
     }
 
@@ -129,6 +147,7 @@ impl ProviderKind {
         match self {
             ProviderKind::Http { secret_env, .. } => secret_env.as_deref(),
             ProviderKind::Sqlite { .. } => None,
+            ProviderKind::Rest(spec) => spec.auth.secret_env(),
         }
     }
 }
@@ -400,8 +419,19 @@ fn check_provider(
     let before = problems.len();
     problems.id(path, "provider", id);
 
-    let known: Vec<&str> = IDENTITY_KEYS.iter().chain(SETTING_KEYS).copied().collect();
+    let known: Vec<&str> = IDENTITY_KEYS
+        .iter()
+        .chain(SETTING_KEYS)
+        .chain(rest::REST_KEYS)
+        .copied()
+        .collect();
     unknown_keys(problems, path, &table, &known);
+    let mut rest_keys = toml::Table::new();
+    for key in rest::REST_KEYS {
+        if let Some(value) = table.remove(*key) {
+            rest_keys.insert((*key).to_owned(), value);
+        }
+    }
     let mut identity = toml::Table::new();
     for key in IDENTITY_KEYS {
         if let Some(value) = table.remove(*key) {
@@ -414,7 +444,7 @@ fn check_provider(
     let own = settings.map(|settings| check_settings(problems, path, settings));
     let (identity, own) = (identity?, own?);
 
-    let kind = check_kind(problems, path, &identity, base_dir);
+    let kind = check_kind(problems, path, &identity, base_dir, rest_keys);
     if let Some(name) = &identity.secret_env {
         problems.env_name(&key_path(path, "secret_env"), name);
     }
@@ -457,7 +487,16 @@ fn check_kind(
     path: &str,
     raw: &RawIdentity,
     base_dir: &Path,
+    rest_keys: toml::Table,
 ) -> Option<(ProviderKind, Json)> {
+    if raw.kind.as_deref() != Some("rest") {
+        for key in rest_keys.keys() {
+            problems.add(
+                &key_path(path, key),
+                format!("`{key}` is a setting of rest providers only"),
+            );
+        }
+    }
     let type_path = key_path(path, "type");
     let not_for = |problems: &mut Problems, key: &str, present: bool, kind: &str| {
         if present {
@@ -541,6 +580,24 @@ fn check_kind(
                 written,
             ))
         }
+        Some("rest") => {
+            not_for(problems, "database", raw.database.is_some(), "rest");
+            not_for(problems, "query", raw.query.is_some(), "rest");
+            if raw.secret_env.is_some() {
+                problems.add(
+                    &key_path(path, "secret_env"),
+                    "rest providers name their secret in `auth` (token_env, password_env, key_env or value_env)",
+                );
+            }
+            let endpoint = raw
+                .endpoint
+                .as_deref()
+                .and_then(|text| check_endpoint(problems, &key_path(path, "endpoint"), text));
+            let spec =
+                rest::check_rest(problems, path, endpoint, raw.endpoint.is_some(), rest_keys)?;
+            let written = spec.to_json();
+            Some((ProviderKind::Rest(Box::new(spec)), written))
+        }
         Some(later) if LATER_TYPES.contains(&later) => {
             problems.add(
                 &type_path,
@@ -564,10 +621,10 @@ fn check_version(problems: &mut Problems, path: &str, raw: &RawIdentity) -> Opti
     let version_path = key_path(path, "version");
     match &raw.version {
         None => {
-            if raw.kind.as_deref() == Some("sqlite") {
+            if let Some(kind @ ("sqlite" | "rest")) = raw.kind.as_deref() {
                 problems.add(
                     &version_path,
-                    "is required for a sqlite provider: it is the data version reported with every answer",
+                    format!("is required for a {kind} provider: it is the data version reported with every answer"),
                 );
             }
             None
@@ -1061,19 +1118,15 @@ mod tests {
         for (kind, needle) in [
             (
                 "postgres",
-                "\"postgres\" is not available in this version (supported: http, sqlite)",
-            ),
-            (
-                "rest",
-                "\"rest\" is not available in this version (supported: http, sqlite)",
+                "\"postgres\" is not available in this version (supported: http, sqlite, rest)",
             ),
             (
                 "mcp",
-                "\"mcp\" is not available in this version (supported: http, sqlite)",
+                "\"mcp\" is not available in this version (supported: http, sqlite, rest)",
             ),
             (
                 "grpc",
-                "unknown provider type \"grpc\" (supported: http, sqlite)",
+                "unknown provider type \"grpc\" (supported: http, sqlite, rest)",
             ),
             ("HTTP", "unknown provider type \"HTTP\""),
         ] {
@@ -1083,7 +1136,7 @@ mod tests {
         assert_one_problem(
             "revision = \"r1\"\n[providers.x]\ntimeout_ms = 100\n",
             "providers.x.type",
-            "is required (supported: http, sqlite)",
+            "is required (supported: http, sqlite, rest)",
         );
     }
 

@@ -21,8 +21,9 @@ mod trace_store;
 
 pub use binding::{
     Binding, CacheSettings, CircuitSettings, DEFAULT_RETENTION_TTL, DEFAULT_TIMEOUT_MS,
-    ProviderBinding, ProviderKind, Retention,
+    ProviderBinding, ProviderKind, RestSpec, Retention,
 };
+pub(crate) use binding::{Mapping, RestAuth, RestMethod, Segment, Template};
 pub(crate) use env::EnvVars;
 pub(crate) use server::{
     ApiKey, EnvironmentNeed, Limits, MetricsSettings, ServerConfig, ServerSettings, TenantConfig,

@@ -4,7 +4,7 @@
 
 mod item;
 mod status;
-mod turn;
+pub(crate) mod turn;
 mod wire;
 
 pub use item::{Currentness, Item};

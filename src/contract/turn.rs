@@ -241,6 +241,15 @@ pub struct ProviderReport {
     /// counted by kind; absent when nothing was redacted. Never the secrets themselves.
     #[serde(default, skip_serializing_if = "RedactionCounts::is_empty")]
     pub redactions: RedactionCounts,
+    /// Items past the layer's limit that the provider left out (a REST API does not
+    /// know the limit): recorded, not a failure; absent when none were.
+    #[serde(default, skip_serializing_if = "crate::contract::turn::is_zero")]
+    pub items_dropped: u32,
+}
+
+/// Whether a count is zero (serde's `skip_serializing_if` for counts shown only when set).
+pub(crate) fn is_zero(count: &u32) -> bool {
+    *count == 0
 }
 
 /// How many secrets of each kind (the detector's name, e.g. `github_token`) were

@@ -190,6 +190,7 @@ fn provider_results<'c>(
                 duration_ms: None,
                 age_ms: None,
                 redactions: Default::default(),
+                items_dropped: 0,
             },
             (None, Some(call)) => {
                 let outcome = &call.outcome;
@@ -206,6 +207,7 @@ fn provider_results<'c>(
                     duration_ms: call.facts.duration.map(|d| d.as_millis() as u64),
                     age_ms: call.facts.age.map(|age| age.as_millis() as u64),
                     redactions: outcome.redactions.clone(),
+                    items_dropped: outcome.items_dropped,
                 }
             }
             (None, None) => continue,

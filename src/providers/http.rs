@@ -94,7 +94,7 @@ pub struct HttpProvider {
 
 /// The bound secret in the two forms the exchange needs, built once.
 #[derive(Clone)]
-struct BoundSecret {
+pub(crate) struct BoundSecret {
     /// `Bearer <secret>`, marked sensitive so the HTTP stack never prints it.
     authorization: HeaderValue,
     /// A literal matcher for the secret (memchr-backed), for the reflection check on
@@ -104,7 +104,7 @@ struct BoundSecret {
 }
 
 impl BoundSecret {
-    fn new(secret: &Secret) -> Result<Self, HttpSetupError> {
+    pub(crate) fn new(secret: &Secret) -> Result<Self, HttpSetupError> {
         let value = secret.expose();
         if value.is_empty() {
             return Err(HttpSetupError::EmptySecret);
@@ -121,12 +121,12 @@ impl BoundSecret {
         })
     }
 
-    fn is_in(&self, bytes: &[u8]) -> bool {
+    pub(crate) fn is_in(&self, bytes: &[u8]) -> bool {
         self.reflection.is_match(bytes)
     }
 
     /// Every value of every header (and, for good measure, the names).
-    fn is_in_headers(&self, headers: &HeaderMap) -> bool {
+    pub(crate) fn is_in_headers(&self, headers: &HeaderMap) -> bool {
         headers
             .iter()
             .any(|(name, value)| self.is_in(value.as_bytes()) || self.is_in(name.as_ref()))
@@ -316,7 +316,7 @@ pub(crate) fn classify_status(code: u16) -> Option<StatusRefusal> {
 
 /// A transport error as a failure. reqwest's own messages carry the URL and are never
 /// used: only the error's kind is.
-fn transport_failure(error: &reqwest::Error) -> Failure {
+pub(crate) fn transport_failure(error: &reqwest::Error) -> Failure {
     if error.is_connect() {
         // Refused, unreachable, DNS, TLS handshake, connect timeout.
         Failure::ConnectFailed
@@ -336,7 +336,7 @@ fn transport_failure(error: &reqwest::Error) -> Failure {
 /// Streams a body into memory, stopping as soon as it exceeds [`MAX_RESPONSE_BYTES`].
 /// When the body is too large, the part read is still checked for the secret: a
 /// reflected credential is the stronger finding.
-async fn read_body(
+pub(crate) async fn read_body(
     response: reqwest::Response,
     secret: Option<&BoundSecret>,
 ) -> Result<Vec<u8>, Failure> {
@@ -425,7 +425,7 @@ pub(crate) fn parse_describe(bytes: &[u8]) -> Result<Described, Failure> {
 }
 
 /// The endpoint rule ([`endpoint`]), telling the most fundamental violation.
-fn check_endpoint(url: &Url) -> Result<(), HttpSetupError> {
+pub(crate) fn check_endpoint(url: &Url) -> Result<(), HttpSetupError> {
     match endpoint::violations(url).into_iter().min() {
         None => Ok(()),
         Some(Violation::NoHost) => Err(HttpSetupError::NoHost),

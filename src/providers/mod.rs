@@ -8,6 +8,7 @@ pub mod bounds;
 pub(crate) mod endpoint;
 pub mod http;
 pub mod redact;
+pub mod rest;
 pub mod secrets;
 pub mod sqlite;
 
@@ -101,6 +102,7 @@ mod tests {
 pub(crate) enum Implementation {
     Http(http::HttpProvider),
     Sqlite(sqlite::SqliteProvider),
+    Rest(rest::RestProvider),
 }
 
 /// What a readiness probe learned.
@@ -115,6 +117,7 @@ impl Implementation {
         match self {
             Implementation::Http(_) => "http",
             Implementation::Sqlite(_) => "sqlite",
+            Implementation::Rest(_) => "rest",
         }
     }
 
@@ -122,6 +125,7 @@ impl Implementation {
         match self {
             Implementation::Http(provider) => provider.lookup(call).await,
             Implementation::Sqlite(provider) => provider.lookup(call).await,
+            Implementation::Rest(provider) => provider.lookup(call).await,
         }
     }
 
@@ -142,6 +146,10 @@ impl Implementation {
                     Err(_) => Err("TIMEOUT".to_owned()),
                 }
             }
+            Implementation::Rest(provider) => provider
+                .probe(deadline)
+                .await
+                .map(|()| ProbeReport { version: None }),
         }
     }
 

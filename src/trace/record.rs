@@ -124,6 +124,10 @@ pub struct ProviderRecord {
     /// when nothing was redacted. Never a secret.
     #[serde(default, skip_serializing_if = "RedactionCounts::is_empty")]
     pub redactions: RedactionCounts,
+    /// Items past the layer's limit that the provider left out (a REST API does not
+    /// know the limit): recorded, not a failure; absent when none were.
+    #[serde(default, skip_serializing_if = "crate::contract::turn::is_zero")]
+    pub items_dropped: u32,
     pub retention: RetentionRecord,
 }
 

@@ -169,6 +169,7 @@ impl Answered<'_> {
                 .and_then(|c| c.facts.age)
                 .map(|age| age.as_millis() as u64),
             redactions: outcome.map(|o| o.redactions.clone()).unwrap_or_default(),
+            items_dropped: outcome.map_or(0, |o| o.items_dropped),
             retention: RetentionRecord {
                 policy: setting.retention.as_str().to_owned(),
                 ttl_ms: setting.retention_ttl.as_millis() as u64,

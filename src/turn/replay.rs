@@ -467,6 +467,10 @@ fn replay_outcome(
         | ProviderStatus::Incompatible
         | ProviderStatus::NotEvaluated
         | ProviderStatus::NotFound => Outcome::stated(record.status, record.detail.clone(), source),
+        // An invoked provider's own refusal of the request (a REST API's 4xx).
+        ProviderStatus::InvalidRequest if record.invoked => {
+            Outcome::stated(record.status, record.detail.clone(), source)
+        }
         ProviderStatus::Ok => match retained_items(record, retained) {
             Some(items) => Outcome::items(items, record.currentness.unwrap_or_default(), source),
             None => return Ok(Outcome::failed(Failure::LiveDependencyUnavailable, source)),
@@ -485,7 +489,9 @@ fn replay_outcome(
     };
     outcome.version = record.version.clone();
     outcome.revision = record.upstream_revision.clone();
-    Ok(outcome.with_redactions(record.redactions.clone()))
+    Ok(outcome
+        .with_redactions(record.redactions.clone())
+        .with_items_dropped(record.items_dropped))
 }
 
 /// The items of an `OK` answer in their recorded order, or `None` when they cannot be
@@ -852,6 +858,20 @@ mod tests {
                 .contains("returned TIMEOUT")
         );
         assert_eq!(provider(&replayed, ORDERS).status, ProviderStatus::Timeout);
+    }
+
+    #[test]
+    fn a_request_the_provider_refused_replays_the_same() {
+        let answer = |invocation: &Invocation| match invocation.provider_id.as_str() {
+            CRM => answered(invocation),
+            _ => failed(ProviderStatus::InvalidRequest, Some("HTTP_422")),
+        };
+        let recorded = record_turn(&project(), &TurnSpec::default(), &answer, &key());
+        let replayed = replay_of(&recorded).unwrap();
+        assert!(replayed.reproduced());
+        let orders = provider(&replayed, ORDERS);
+        assert_eq!(orders.status, ProviderStatus::InvalidRequest);
+        assert_eq!(orders.detail.as_deref(), Some("HTTP_422"));
     }
 
     #[test]

@@ -146,6 +146,7 @@ pub(crate) fn turn(
             source: Some(Source::Live),
             age_ms: None,
             redactions: Default::default(),
+            items_dropped: 0,
             retention: RetentionRecord {
                 policy: spec.retention.to_owned(),
                 ttl_ms,

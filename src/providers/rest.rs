@@ -1,0 +1,441 @@
+//! The `rest` provider: any JSON API as a provider. One request per lookup, built from
+//! the binding ([`request`]), sent with the same exchange rules as the HTTP provider —
+//! the call's deadline, no redirects, no proxy, the 1 MiB streamed cap, the bound
+//! secret looked for in every answer header and body (`CREDENTIAL_REFLECTED`) — and the
+//! answer's JSON mapped to items ([`mapping`]), each then bounded (64 KiB) and scanned
+//! for secrets by [`bounds::check_items`].
+//!
+//! Status mapping: 2xx → map the body; 404 → `NOT_FOUND`; 401/403 →
+//! `UNAVAILABLE`/`UNAUTHORIZED`; 429 → `UNAVAILABLE`/`RATE_LIMITED`, and no call to the
+//! API until its `Retry-After` has passed ([`backoff`]; calls meanwhile fail fast with the
+//! same status without contacting it, and the breaker does not count them); 3xx →
+//! `REDIRECT_REFUSED`; other 4xx → `INVALID_REQUEST`/`HTTP_4xx`; anything else →
+//! `UNAVAILABLE`/`HTTP_5xx`. A 2xx body that is not JSON is `INVALID_RESPONSE`/`NOT_JSON`;
+//! one the mapping finds no list in is `NO_ITEM_LIST`; an item that does not map is
+//! `MAPPING_FAILED`, with the binding's path and the item index in the log.
+//!
+//! The request URL is never logged, traced or shown: with `query` auth it holds the
+//! secret, and the value is in it.
+
+mod backoff;
+mod mapping;
+mod request;
+
+use super::PoolSettings;
+use super::bounds::{self, MAX_ITEMS, MAX_RESPONSE_BYTES};
+use super::http::{self, BoundSecret, HttpSetupError, read_body, transport_failure};
+use super::redact::redacted;
+use super::{LookupCall, Secret};
+use crate::config::{RestAuth, RestMethod, RestSpec};
+use crate::contract::{Currentness, Source};
+use crate::outcome::{Failure, Outcome};
+use backoff::Backoff;
+use mapping::MappingError;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::time::{Instant, timeout_at};
+
+const LIVE: Source = Source::Live;
+
+/// How the bound secret is sent.
+enum SentSecret {
+    None,
+    /// A header carrying the secret (bearer, api_key, header), marked sensitive.
+    Header(HeaderName, HeaderValue),
+    /// `Authorization: Basic`.
+    Basic {
+        username: String,
+        password: Secret,
+    },
+    /// A query parameter: the URL then holds the secret.
+    Query {
+        param: String,
+        secret: Secret,
+    },
+}
+
+/// A JSON API bound as a provider. Cloning is cheap and shares the connection pool and
+/// the back-off state.
+#[derive(Clone)]
+pub struct RestProvider {
+    client: reqwest::Client,
+    spec: Arc<RestSpec>,
+    headers: Arc<Vec<(HeaderName, HeaderValue)>>,
+    secret: Arc<SentSecret>,
+    reflection: Option<BoundSecret>,
+    backoff: Backoff,
+}
+
+impl fmt::Debug for RestProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RestProvider")
+            .field("endpoint", &self.spec.endpoint.as_str())
+            .field("auth", &self.spec.auth.type_name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an exchange produced, before parsing.
+enum Answer {
+    NotFound,
+    Body(Vec<u8>),
+}
+
+impl RestProvider {
+    /// Builds the client as the HTTP provider does (rustls, no redirects, no proxy, no
+    /// retries, the binding's pool limits, connect timeout `timeout`). `secret` is the
+    /// value of the env var the binding's `auth` names; required exactly when it names
+    /// one.
+    pub fn new(
+        spec: &RestSpec,
+        secret: Option<Secret>,
+        pool: &PoolSettings,
+        timeout: Duration,
+    ) -> Result<RestProvider, HttpSetupError> {
+        http::check_endpoint(&spec.endpoint)?;
+        let reflection = secret.as_ref().map(BoundSecret::new).transpose()?;
+        let sent = match (&spec.auth, secret) {
+            (RestAuth::None, _) => SentSecret::None,
+            (_, None) => return Err(HttpSetupError::EmptySecret),
+            (RestAuth::Bearer { .. }, Some(secret)) => SentSecret::Header(
+                reqwest::header::AUTHORIZATION,
+                sensitive(&format!("Bearer {}", secret.expose()))?,
+            ),
+            (
+                RestAuth::ApiKey { header: name, .. } | RestAuth::Header { name, .. },
+                Some(secret),
+            ) => {
+                let name = HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
+                SentSecret::Header(name, sensitive(secret.expose())?)
+            }
+            (RestAuth::Basic { username, .. }, Some(password)) => SentSecret::Basic {
+                username: username.clone(),
+                password,
+            },
+            (RestAuth::Query { param, .. }, Some(secret)) => SentSecret::Query {
+                param: param.clone(),
+                secret,
+            },
+        };
+        let mut headers = Vec::with_capacity(spec.headers.len() + 1);
+        if !spec
+            .headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("accept"))
+        {
+            headers.push((ACCEPT, HeaderValue::from_static("application/json")));
+        }
+        for (name, value) in &spec.headers {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
+            let value =
+                HeaderValue::from_str(value).map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
+            headers.push((name, value));
+        }
+        let client = reqwest::Client::builder()
+            .tls_backend_rustls()
+            .redirect(reqwest::redirect::Policy::none())
+            .retry(reqwest::retry::never())
+            .no_proxy()
+            .pool_max_idle_per_host(pool.max_idle_per_host)
+            .pool_idle_timeout(pool.idle_timeout)
+            .connect_timeout(timeout)
+            .user_agent(concat!("ctxd/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(HttpSetupError::Client)?;
+        Ok(RestProvider {
+            client,
+            spec: Arc::new(spec.clone()),
+            headers: Arc::new(headers),
+            secret: Arc::new(sent),
+            reflection,
+            backoff: Backoff::default(),
+        })
+    }
+
+    /// One lookup. Never panics; every failure is an outcome with a typed failure.
+    pub async fn lookup(&self, call: &LookupCall<'_>) -> Outcome {
+        let (outcome, _reason) = self.lookup_explained(call).await;
+        tracing::debug!(
+            provider = %call.provider,
+            status = %outcome.status(),
+            detail = outcome.detail().unwrap_or(""),
+            items_dropped = outcome.items_dropped,
+            "rest provider call finished"
+        );
+        outcome
+    }
+
+    /// [`RestProvider::lookup`] with, when the answer did not map, why: the binding's
+    /// path and the item index (never a value from the answer), for `provider-check`.
+    pub(crate) async fn lookup_explained(
+        &self,
+        call: &LookupCall<'_>,
+    ) -> (Outcome, Option<String>) {
+        if self.backoff.is_waiting(Instant::now()) {
+            return (failed(Failure::BackingOff), None);
+        }
+        let limit = call.limit.min(MAX_ITEMS as u32);
+        let built = match request::build(&self.spec, call.value, limit, self.query_secret()) {
+            Ok(built) => built,
+            Err(failure) => return (failed(failure), None),
+        };
+        let body = match built.body.as_ref().map(serde_json::to_vec).transpose() {
+            Ok(body) => body,
+            Err(_) => return (failed(Failure::RequestUnencodable), None),
+        };
+        let method = match self.spec.method {
+            RestMethod::Get => reqwest::Method::GET,
+            RestMethod::Post => reqwest::Method::POST,
+        };
+        match self
+            .exchange_by(call.deadline, method, built.url, body)
+            .await
+        {
+            Err(failure) => (failed(failure), None),
+            Ok(Answer::NotFound) => (Outcome::not_found(LIVE), None),
+            Ok(Answer::Body(bytes)) => self.parse(call, &bytes, limit),
+        }
+    }
+
+    /// The readiness probe: a `GET` of `probe_path` below the endpoint, with the
+    /// binding's auth, ready on a 2xx. Without a `probe_path`, a `GET` of the endpoint
+    /// itself, ready on any answer that shows the API is up and takes the credential
+    /// (an API root often answers 404 or 405): everything but a transport failure, a
+    /// timeout, 401/403, 429 and 5xx. Honours a pending `Retry-After` like a lookup.
+    /// The error is a status and detail, never the URL.
+    pub async fn probe(&self, deadline: Instant) -> Result<(), String> {
+        if self.backoff.is_waiting(Instant::now()) {
+            return Err(Failure::BackingOff.to_string());
+        }
+        let segments = self.spec.probe_path.as_deref().unwrap_or_default();
+        let mut url = request::with_segments(&self.spec.endpoint, segments, None)
+            .map_err(|failure| failure.to_string())?;
+        if let Some((param, secret)) = self.query_secret() {
+            url.query_pairs_mut().append_pair(param, secret);
+        }
+        let strict = self.spec.probe_path.is_some();
+        match self
+            .exchange_by(deadline, reqwest::Method::GET, url, None)
+            .await
+        {
+            Ok(Answer::Body(_)) => Ok(()),
+            Ok(Answer::NotFound) if !strict => Ok(()),
+            Err(Failure::RequestRefused(_) | Failure::RedirectRefused) if !strict => Ok(()),
+            Ok(Answer::NotFound) => Err("NOT_FOUND (HTTP 404 from the probe path)".to_owned()),
+            Err(failure) => Err(failure.to_string()),
+        }
+    }
+
+    fn query_secret(&self) -> Option<(&str, &str)> {
+        match self.secret.as_ref() {
+            SentSecret::Query { param, secret } => Some((param.as_str(), secret.expose())),
+            _ => None,
+        }
+    }
+
+    async fn exchange_by(
+        &self,
+        deadline: Instant,
+        method: reqwest::Method,
+        url: url::Url,
+        body: Option<Vec<u8>>,
+    ) -> Result<Answer, Failure> {
+        if Instant::now() >= deadline {
+            return Err(Failure::Deadline);
+        }
+        timeout_at(deadline, self.exchange(method, url, body))
+            .await
+            .map_err(|_elapsed| Failure::Deadline)?
+    }
+
+    /// Sends the request and reads a 2xx body within the limits: transport, reflection,
+    /// status and size, in the HTTP provider's order.
+    async fn exchange(
+        &self,
+        method: reqwest::Method,
+        url: url::Url,
+        body: Option<Vec<u8>>,
+    ) -> Result<Answer, Failure> {
+        let mut request = self.client.request(method, url);
+        for (name, value) in self.headers.iter() {
+            request = request.header(name, value.clone());
+        }
+        match self.secret.as_ref() {
+            SentSecret::Header(name, value) => request = request.header(name, value.clone()),
+            SentSecret::Basic { username, password } => {
+                request = request.basic_auth(username, Some(password.expose()));
+            }
+            SentSecret::None | SentSecret::Query { .. } => {}
+        }
+        if let Some(body) = body {
+            request = request.header(CONTENT_TYPE, "application/json").body(body);
+        }
+        let response = request.send().await.map_err(|e| transport_failure(&e))?;
+        let reflection = self.reflection.as_ref();
+        if reflection.is_some_and(|s| s.is_in_headers(response.headers())) {
+            return Err(Failure::CredentialReflected);
+        }
+        let code = response.status().as_u16();
+        if !(200..=299).contains(&code) {
+            if code == 429 {
+                let header = response
+                    .headers()
+                    .get(RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok());
+                let wait = backoff::retry_after(header, SystemTime::now());
+                self.backoff.wait(Instant::now(), wait);
+            }
+            if response
+                .content_length()
+                .is_none_or(|length| length <= MAX_RESPONSE_BYTES as u64)
+            {
+                let echoed = match read_body(response, reflection).await {
+                    Ok(bytes) => reflection.is_some_and(|s| s.is_in(&bytes)),
+                    Err(cut_short) => cut_short == Failure::CredentialReflected,
+                };
+                if echoed {
+                    return Err(Failure::CredentialReflected);
+                }
+            }
+            return match classify_status(code) {
+                None => Ok(Answer::NotFound),
+                Some(failure) => Err(failure),
+            };
+        }
+        if response
+            .content_length()
+            .is_some_and(|length| length > MAX_RESPONSE_BYTES as u64)
+        {
+            return Err(Failure::ResponseTooLarge);
+        }
+        let bytes = read_body(response, reflection).await?;
+        if reflection.is_some_and(|s| s.is_in(&bytes)) {
+            return Err(Failure::CredentialReflected);
+        }
+        Ok(Answer::Body(bytes))
+    }
+
+    fn parse(&self, call: &LookupCall<'_>, bytes: &[u8], limit: u32) -> (Outcome, Option<String>) {
+        let Ok(json) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+            return (failed(Failure::NotJson), None);
+        };
+        let mapped = match mapping::map_items(&self.spec.mapping, &json, limit as usize) {
+            Ok(mapped) => mapped,
+            Err(error) => {
+                let reason = redacted(&error.to_string()).into_owned();
+                tracing::warn!(
+                    provider = %call.provider,
+                    reason = %reason,
+                    "rest answer does not map to items"
+                );
+                let failure = match error {
+                    MappingError::NoItemList { .. } => Failure::NoItemList,
+                    MappingError::Field { .. } => Failure::MappingFailed,
+                };
+                return (failed(failure), Some(reason));
+            }
+        };
+        let mut items = mapped.items;
+        let redactions = match bounds::check_items(&mut items, limit, call.secrets) {
+            Ok(redactions) => redactions,
+            Err(violation) => return (failed(violation.failure()), Some(violation.to_string())),
+        };
+        if mapped.dropped > 0 {
+            tracing::debug!(
+                provider = %call.provider,
+                kept = items.len(),
+                dropped = mapped.dropped,
+                "rest answer had more items than the limit"
+            );
+        }
+        let outcome = Outcome::answered(items, Currentness::Current, LIVE)
+            .with_redactions(redactions)
+            .with_items_dropped(u32::try_from(mapped.dropped).unwrap_or(u32::MAX));
+        (outcome, None)
+    }
+}
+
+/// What the readiness probe requests, for messages: the endpoint and probe path, never
+/// a query (with `query` auth it would hold the secret).
+pub(crate) fn probe_target(spec: &RestSpec) -> String {
+    let segments = spec.probe_path.as_deref().unwrap_or_default();
+    let url = request::with_segments(&spec.endpoint, segments, None)
+        .unwrap_or_else(|_| spec.endpoint.clone());
+    format!("endpoint {}", url.as_str())
+}
+
+fn sensitive(text: &str) -> Result<HeaderValue, HttpSetupError> {
+    let mut value =
+        HeaderValue::from_str(text).map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+fn failed(failure: Failure) -> Outcome {
+    Outcome::failed(failure, LIVE)
+}
+
+/// What a non-2xx status gives: `None` for 404 (no record), else the failure.
+pub(crate) fn classify_status(code: u16) -> Option<Failure> {
+    Some(match code {
+        404 => return None,
+        401 | 403 => Failure::Unauthorized,
+        429 => Failure::RateLimited,
+        300..=399 => Failure::RedirectRefused,
+        400..=499 => Failure::RequestRefused(code),
+        100..=999 => Failure::HttpStatus(code),
+        _ => Failure::Malformed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::ProviderStatus;
+
+    #[test]
+    fn the_breaker_counts_a_429_but_not_the_calls_held_back_after_it() {
+        use crate::resilience::breaker::{CallResult, classify};
+        let rate_limited = Outcome::failed(Failure::RateLimited, LIVE);
+        assert_eq!(classify(&rate_limited), CallResult::Failure);
+        let held = Outcome::failed(Failure::BackingOff, LIVE);
+        assert_eq!(classify(&held), CallResult::Neutral);
+        assert_eq!(
+            (held.status(), held.detail()),
+            (rate_limited.status(), rate_limited.detail())
+        );
+        let refused = Outcome::failed(Failure::RequestRefused(422), LIVE);
+        assert_eq!(classify(&refused), CallResult::Neutral);
+        let unmappable = Outcome::failed(Failure::MappingFailed, LIVE);
+        assert_eq!(classify(&unmappable), CallResult::Success);
+    }
+
+    #[test]
+    fn status_codes_map_to_failures() {
+        use ProviderStatus::*;
+        let cases: &[(u16, Option<(ProviderStatus, &str)>)] = &[
+            (404, None),
+            (401, Some((Unavailable, "UNAUTHORIZED"))),
+            (403, Some((Unavailable, "UNAUTHORIZED"))),
+            (429, Some((Unavailable, "RATE_LIMITED"))),
+            (301, Some((InvalidResponse, "REDIRECT_REFUSED"))),
+            (400, Some((InvalidRequest, "HTTP_400"))),
+            (410, Some((InvalidRequest, "HTTP_410"))),
+            (422, Some((InvalidRequest, "HTTP_422"))),
+            (500, Some((Unavailable, "HTTP_500"))),
+            (503, Some((Unavailable, "HTTP_503"))),
+        ];
+        for (code, expected) in cases {
+            let got = classify_status(*code).map(|f| (f.status(), f.detail().unwrap().to_owned()));
+            assert_eq!(
+                got,
+                expected.map(|(s, d)| (s, d.to_owned())),
+                "status {code}"
+            );
+        }
+    }
+}
