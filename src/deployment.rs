@@ -18,6 +18,7 @@ use crate::config::{
 };
 use crate::project::{LoadError, Project};
 use crate::providers::http::{HttpProvider, HttpSetupError};
+use crate::providers::postgres::{PostgresProvider, PostgresSetupError};
 use crate::providers::sqlite::{SqliteProvider, SqliteSetupError};
 use crate::providers::{Implementation, Secret};
 use crate::validation::Problem;
@@ -480,9 +481,19 @@ fn check_binding_use(
             Some("") => "is empty",
             Some(_) => continue,
         };
+        let problem = match binding.binding.providers.get(id).map(|p| &p.kind) {
+            Some(kind @ ProviderKind::Postgres { .. }) => databases::at_key(
+                id,
+                kind.secret_key(),
+                format!(
+                    "environment variable {name:?} {state}: provider {id:?} has no connection string"
+                ),
+            ),
+            _ => secret_problem(id, name, state),
+        };
         problems.add(
             &binding_file,
-            secret_problem(id, name, state),
+            problem,
             Some(tenant_index),
             ProblemKind::Secret {
                 binding: binding.path.clone(),
@@ -546,6 +557,8 @@ pub(crate) enum SetupError {
     Http(#[from] HttpSetupError),
     #[error(transparent)]
     Sqlite(#[from] SqliteSetupError),
+    #[error(transparent)]
+    Postgres(#[from] PostgresSetupError),
 }
 
 impl SetupError {
@@ -568,6 +581,7 @@ impl SetupError {
                 databases::at_key(provider, key, error.to_string())
             }
             SetupError::Sqlite(error) => databases::at_key(provider, error.key(), error.reason()),
+            SetupError::Postgres(error) => databases::at_key(provider, error.key(), error.reason()),
         }
     }
 }
@@ -598,6 +612,11 @@ pub(crate) async fn build_implementation(
         ProviderKind::Sqlite { database, query } => {
             let provider = SqliteProvider::open(database, query, &binding.pool).await?;
             Ok(Implementation::Sqlite(provider))
+        }
+        ProviderKind::Postgres { dsn_env, query } => {
+            let provider =
+                PostgresProvider::open(dsn_env, env.get(dsn_env), query, &binding.pool).await?;
+            Ok(Implementation::Postgres(provider))
         }
     }
 }

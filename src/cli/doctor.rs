@@ -43,6 +43,8 @@ use tokio::time::Instant;
 
 /// Upper bound on opening one SQLite binding and preparing its query. `open` bounds its
 /// own waits (5 s); this guards the whole step so one stuck file cannot hang the doctor.
+mod postgres;
+
 const SQLITE_CHECK_LIMIT: Duration = Duration::from_secs(15);
 /// The public API key of the shipped demo tenant (docs/CONFIGURATION.md).
 const DEMO_API_KEY: &str = "ctxd-demo-key";
@@ -640,6 +642,9 @@ async fn check_provider(
         Implementation::Http(client) => {
             check_describe(&mut report, &subject, provider, client).await
         }
+        Implementation::Postgres(postgres) => {
+            postgres::check_postgres(&mut report, &subject, provider, postgres).await
+        }
     }
     implementation.close();
     report.checks
@@ -652,6 +657,7 @@ fn target(provider: &ProviderBinding) -> String {
         ProviderKind::Sqlite { database, .. } => {
             format!("database {}", super::shown_path(database))
         }
+        ProviderKind::Postgres { dsn_env, .. } => format!("the server named in {dsn_env}"),
     }
 }
 

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use url::Url;
 
+mod postgres;
 mod query;
 mod settings;
 
@@ -34,9 +35,9 @@ const MAX_VERSION_CHARS: usize = 128;
 pub const DEFAULT_RETENTION_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Provider types this version serves.
-const SUPPORTED_TYPES: &str = "http, sqlite";
+const SUPPORTED_TYPES: &str = "http, sqlite, postgres";
 /// Provider types the product defines but this version does not serve yet.
-const LATER_TYPES: &[&str] = &["postgres", "rest", "mcp"];
+const LATER_TYPES: &[&str] = &["rest", "mcp"];
 /// Keys that say *which* implementation serves a provider: never in `[defaults]`.
 const IDENTITY_KEYS: &[&str] = &[
     "type",
@@ -45,6 +46,7 @@ const IDENTITY_KEYS: &[&str] = &[
     "query",
     "secret_env",
     "version",
+    "dsn_env",
 ];
 /// Keys allowed both in a provider's table and in `[defaults]`.
 const SETTING_KEYS: &[&str] = &[
@@ -113,6 +115,13 @@ pub enum ProviderKind {
         database: PathBuf,
         query: String,
     },
+    /// A PostgreSQL server, one query with the lookup value as `$1`, run in a read-only
+    /// transaction.
+    Postgres {
+        /// Name of the env var holding the connection string.
+        dsn_env: String,
+        query: String,
+    },
 }
 
 impl ProviderKind {
@@ -121,6 +130,7 @@ impl ProviderKind {
         match self {
             ProviderKind::Http { .. } => "http",
             ProviderKind::Sqlite { .. } => "sqlite",
+            ProviderKind::Postgres { .. } => "postgres",
         }
     }
 
@@ -129,6 +139,15 @@ impl ProviderKind {
         match self {
             ProviderKind::Http { secret_env, .. } => secret_env.as_deref(),
             ProviderKind::Sqlite { .. } => None,
+            ProviderKind::Postgres { dsn_env, .. } => Some(dsn_env),
+        }
+    }
+
+    /// The binding key that names [`ProviderKind::secret_env`].
+    pub(crate) fn secret_key(&self) -> &'static str {
+        match self {
+            ProviderKind::Postgres { .. } => "dsn_env",
+            _ => "secret_env",
         }
     }
 }
@@ -238,6 +257,7 @@ struct RawIdentity {
     database: Option<String>,
     query: Option<String>,
     version: Option<String>,
+    dsn_env: Option<String>,
 }
 
 fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<Binding, ConfigErrors> {
@@ -400,6 +420,7 @@ fn check_provider(
     let before = problems.len();
     problems.id(path, "provider", id);
 
+    postgres::refuse_inline_dsn(problems, path, &mut table);
     let known: Vec<&str> = IDENTITY_KEYS.iter().chain(SETTING_KEYS).copied().collect();
     unknown_keys(problems, path, &table, &known);
     let mut identity = toml::Table::new();
@@ -477,6 +498,7 @@ fn check_kind(
         }
         Some("http") => {
             not_for(problems, "database", raw.database.is_some(), "http");
+            not_for(problems, "dsn_env", raw.dsn_env.is_some(), "http");
             not_for(problems, "query", raw.query.is_some(), "http");
             let endpoint_path = key_path(path, "endpoint");
             let Some(endpoint) = &raw.endpoint else {
@@ -499,6 +521,7 @@ fn check_kind(
         Some("sqlite") => {
             not_for(problems, "endpoint", raw.endpoint.is_some(), "sqlite");
             not_for(problems, "secret_env", raw.secret_env.is_some(), "sqlite");
+            not_for(problems, "dsn_env", raw.dsn_env.is_some(), "sqlite");
             let database = match &raw.database {
                 None => {
                     problems.add(
@@ -541,6 +564,7 @@ fn check_kind(
                 written,
             ))
         }
+        Some("postgres") => postgres::check(problems, path, raw),
         Some(later) if LATER_TYPES.contains(&later) => {
             problems.add(
                 &type_path,
@@ -564,10 +588,10 @@ fn check_version(problems: &mut Problems, path: &str, raw: &RawIdentity) -> Opti
     let version_path = key_path(path, "version");
     match &raw.version {
         None => {
-            if raw.kind.as_deref() == Some("sqlite") {
+            if let Some(kind @ ("sqlite" | "postgres")) = raw.kind.as_deref() {
                 problems.add(
                     &version_path,
-                    "is required for a sqlite provider: it is the data version reported with every answer",
+                    format!("is required for a {kind} provider: it is the data version reported with every answer"),
                 );
             }
             None
@@ -681,6 +705,15 @@ fn digest_entry(provider: &ProviderBinding, written_location: Json) -> Json {
         "version": provider.version,
         "secret_env": provider.kind.secret_env(),
     });
+    if let (ProviderKind::Postgres { .. }, Some(Json::Object(pool))) =
+        (&provider.kind, entry.get_mut("pool"))
+    {
+        pool.insert(
+            "connect_timeout_ms".to_owned(),
+            json!(ms(provider.pool.connect_timeout)),
+        );
+        pool.insert("recycle".to_owned(), json!(provider.pool.recycle.as_str()));
+    }
     if let (Json::Object(entry), Json::Object(location)) = (&mut entry, written_location) {
         entry.extend(location);
     }
@@ -1060,20 +1093,16 @@ mod tests {
     fn provider_types() {
         for (kind, needle) in [
             (
-                "postgres",
-                "\"postgres\" is not available in this version (supported: http, sqlite)",
-            ),
-            (
                 "rest",
-                "\"rest\" is not available in this version (supported: http, sqlite)",
+                "\"rest\" is not available in this version (supported: http, sqlite, postgres)",
             ),
             (
                 "mcp",
-                "\"mcp\" is not available in this version (supported: http, sqlite)",
+                "\"mcp\" is not available in this version (supported: http, sqlite, postgres)",
             ),
             (
                 "grpc",
-                "unknown provider type \"grpc\" (supported: http, sqlite)",
+                "unknown provider type \"grpc\" (supported: http, sqlite, postgres)",
             ),
             ("HTTP", "unknown provider type \"HTTP\""),
         ] {
@@ -1083,7 +1112,7 @@ mod tests {
         assert_one_problem(
             "revision = \"r1\"\n[providers.x]\ntimeout_ms = 100\n",
             "providers.x.type",
-            "is required (supported: http, sqlite)",
+            "is required (supported: http, sqlite, postgres)",
         );
     }
 
@@ -1438,7 +1467,7 @@ mod tests {
             "providers.a.max_concurrency: ",
             "providers.b.query: ",
             "providers.b.version: ",
-            "providers.c.type: ",
+            "providers.c.dsn_env: ",
         ] {
             assert!(
                 found.iter().any(|p| p.starts_with(path)),

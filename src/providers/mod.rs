@@ -7,6 +7,7 @@
 pub mod bounds;
 pub(crate) mod endpoint;
 pub mod http;
+pub mod postgres;
 pub mod redact;
 pub mod secrets;
 pub mod sqlite;
@@ -16,12 +17,42 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Connection reuse of a binding's implementation: `max_idle_per_host` and
-/// `idle_timeout` apply to HTTP clients, `max_size` to SQLite connection pools.
+/// `idle_timeout` apply to HTTP clients, `max_size` to SQLite and PostgreSQL connection
+/// pools, `connect_timeout` and `recycle` to PostgreSQL pools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolSettings {
     pub(crate) max_idle_per_host: usize,
     pub(crate) idle_timeout: Duration,
     pub(crate) max_size: usize,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) recycle: RecycleCheck,
+}
+
+/// How a pooled PostgreSQL connection is checked before it is handed out again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecycleCheck {
+    /// Only that the connection is not closed: no round trip.
+    #[default]
+    Fast,
+    /// A round trip to the server (an empty query) before every reuse.
+    Verified,
+}
+
+impl RecycleCheck {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RecycleCheck::Fast => "fast",
+            RecycleCheck::Verified => "verified",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<RecycleCheck> {
+        match text {
+            "fast" => Some(RecycleCheck::Fast),
+            "verified" => Some(RecycleCheck::Verified),
+            _ => None,
+        }
+    }
 }
 
 impl Default for PoolSettings {
@@ -30,6 +61,8 @@ impl Default for PoolSettings {
             max_idle_per_host: 32,
             idle_timeout: Duration::from_millis(90_000),
             max_size: 4,
+            connect_timeout: Duration::from_millis(5000),
+            recycle: RecycleCheck::Fast,
         }
     }
 }
@@ -101,6 +134,7 @@ mod tests {
 pub(crate) enum Implementation {
     Http(http::HttpProvider),
     Sqlite(sqlite::SqliteProvider),
+    Postgres(postgres::PostgresProvider),
 }
 
 /// What a readiness probe learned.
@@ -115,6 +149,7 @@ impl Implementation {
         match self {
             Implementation::Http(_) => "http",
             Implementation::Sqlite(_) => "sqlite",
+            Implementation::Postgres(_) => "postgres",
         }
     }
 
@@ -122,6 +157,7 @@ impl Implementation {
         match self {
             Implementation::Http(provider) => provider.lookup(call).await,
             Implementation::Sqlite(provider) => provider.lookup(call).await,
+            Implementation::Postgres(provider) => provider.lookup(call).await,
         }
     }
 
@@ -142,13 +178,22 @@ impl Implementation {
                     Err(_) => Err("TIMEOUT".to_owned()),
                 }
             }
+            Implementation::Postgres(provider) => {
+                match tokio::time::timeout_at(deadline, provider.check()).await {
+                    Ok(Ok(())) => Ok(ProbeReport { version: None }),
+                    Ok(Err(problem)) => Err(problem),
+                    Err(_) => Err("TIMEOUT".to_owned()),
+                }
+            }
         }
     }
 
     /// Releases pooled connections (ordered shutdown).
     pub(crate) fn close(&self) {
-        if let Implementation::Sqlite(provider) = self {
-            provider.close();
+        match self {
+            Implementation::Sqlite(provider) => provider.close(),
+            Implementation::Postgres(provider) => provider.close(),
+            Implementation::Http(_) => {}
         }
     }
 }
