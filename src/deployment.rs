@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod databases;
+mod servers;
 
 use databases::OwnFiles;
 

@@ -657,3 +657,91 @@ async fn the_server_going_away_opens_the_breaker_and_calls_recover_when_it_retur
         "the lookup value is in the logs:\n{logs}"
     );
 }
+
+/// `ctxd COMMAND --config …` of `deployment`, with `ORDERS_DSN` set to `dsn`.
+async fn run_with_dsn(
+    command: &'static str,
+    deployment: &Deployment,
+    dsn: &str,
+) -> std::process::Output {
+    let config = deployment.config.clone();
+    let dsn = dsn.to_owned();
+    tokio::task::spawn_blocking(move || {
+        crate::support::ctxd()
+            .args([command, "--config", config.to_str().unwrap()])
+            .env_remove("CTXD_TEST_DIGEST_KEY")
+            .env("ORDERS_DSN", dsn)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn validate_and_serve_refuse_a_write_with_the_servers_words() {
+    let schema = Schema::create().await;
+    let deployment = deployment(
+        &format!(
+            "UPDATE {} SET title = 'x' WHERE customer = $1 RETURNING id",
+            schema.records()
+        ),
+        "",
+    );
+    let needle = "providers.orders.query: refused by the server in a read-only transaction: cannot execute UPDATE in a read-only transaction";
+    let validate = run_with_dsn("validate", &deployment, ADMIN_DSN).await;
+    let stdout = crate::support::stdout_of(&validate);
+    assert_eq!(validate.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains(needle), "{stdout}");
+    let serve = run_with_dsn("serve", &deployment, ADMIN_DSN).await;
+    let stderr = crate::support::stderr_of(&serve);
+    assert!(!serve.status.success(), "{stderr}");
+    assert!(stderr.contains(needle), "{stderr}");
+
+    // A remote server without TLS is refused before anything is sent; the string, which
+    // holds a password, is never shown.
+    let remote =
+        "host=db.example.invalid user=reader password=hunter2hunter2 dbname=orders sslmode=disable";
+    let validate = run_with_dsn("validate", &deployment, remote).await;
+    let stdout = crate::support::stdout_of(&validate);
+    assert!(
+        stdout.contains("providers.orders.dsn_env: the connection string in \"ORDERS_DSN\" sslmode=disable to a host that is not loopback"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("hunter2"), "{stdout}");
+
+    let good = deployment_for_schema(&schema);
+    let validate = run_with_dsn("validate", &good, ADMIN_DSN).await;
+    assert!(
+        validate.status.success(),
+        "{}",
+        crate::support::stdout_of(&validate)
+    );
+}
+
+fn deployment_for_schema(schema: &Schema) -> Deployment {
+    deployment(&orders_query(schema), "")
+}
+
+#[tokio::test]
+async fn doctor_reports_version_tls_and_a_role_that_can_write() {
+    let schema = Schema::create().await;
+    let deployment = deployment_for_schema(&schema);
+    let output = run_with_dsn("doctor", &deployment, ADMIN_DSN).await;
+    let stdout = crate::support::stdout_of(&output);
+    assert!(stdout.contains("PostgreSQL 15"), "{stdout}");
+    assert!(
+        stdout.contains("the query prepares with $1 as its only parameter and runs read-only"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("does not use TLS, which is allowed only to a loopback host"),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|line| line.starts_with("warn") && line.contains("role \"postgres\" can write")),
+        "{stdout}"
+    );
+}

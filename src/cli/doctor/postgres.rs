@@ -51,7 +51,7 @@ pub(super) async fn check_postgres(
         report.warn(
             subject,
             format!(
-                "role {:?} can write (superuser, a write privilege on a table or CREATE on a schema): every lookup runs in a read-only transaction, but use a role that can only read",
+                "role {:?} can write (superuser, a write privilege on a table, CREATE on a schema, or membership in a role that writes server files or runs programs, which a read-only transaction does not stop): use a role that can only read",
                 server.role
             ),
         );
