@@ -72,6 +72,8 @@ pub struct PostgresProvider {
 struct Inner {
     pool: Pool,
     tls: MakeRustlsConnect,
+    /// The env var the connection string came from, for messages.
+    dsn_env: String,
     /// The query as written, checked at open.
     query: String,
     /// `SELECT * FROM (<query>) q LIMIT $2`, what lookups run.
@@ -178,6 +180,7 @@ impl PostgresProvider {
             inner: Arc::new(Inner {
                 pool: built,
                 tls,
+                dsn_env: name,
                 query: query.to_owned(),
                 limited,
                 layout,
@@ -269,7 +272,7 @@ impl PostgresProvider {
         inspect(
             &inner.pool,
             inner.connect_timeout,
-            "dsn_env",
+            &inner.dsn_env,
             &inner.query,
             &inner.limited,
         )
