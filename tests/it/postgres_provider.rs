@@ -745,3 +745,40 @@ async fn doctor_reports_version_tls_and_a_role_that_can_write() {
         "{stdout}"
     );
 }
+
+#[tokio::test]
+async fn tls_is_used_when_asked_and_verifies_the_server_certificate() {
+    // The local server's certificate names `localhost` and sits among the system's
+    // roots on these machines: asked for TLS to `localhost`, the connection uses it.
+    let provider = open_with(
+        "host=localhost port=5432 user=postgres dbname=test sslmode=require",
+        "SELECT $1 AS id",
+        1,
+    )
+    .await
+    .unwrap();
+    assert!(provider.tls_required());
+    let report = provider.report().await.unwrap();
+    assert!(report.tls, "{report:?}");
+    assert_eq!(
+        lookup(&provider, CUSTOMER).await.status(),
+        ProviderStatus::Ok
+    );
+
+    // The same certificate does not name 127.0.0.1: verification refuses it.
+    let error = open_with(
+        "host=127.0.0.1 port=5432 user=postgres dbname=test sslmode=require",
+        "SELECT $1 AS id",
+        1,
+    )
+    .await
+    .err()
+    .expect("a certificate for another name is refused");
+    assert!(error.starts_with("dsn_env: cannot connect"), "{error}");
+    assert!(error.to_lowercase().contains("certificate"), "{error}");
+
+    // Loopback without sslmode: no TLS.
+    let plain = open("SELECT $1 AS id").await.unwrap();
+    assert!(!plain.tls_required());
+    assert!(!plain.report().await.unwrap().tls);
+}

@@ -460,7 +460,18 @@ fn server_words(error: &tokio_postgres::Error) -> String {
             Some(hint) => format!("{} (hint: {hint})", db.message()),
             None => db.message().to_owned(),
         },
-        None => error.to_string(),
+        None => {
+            // The driver's words and their causes: "error performing TLS handshake:
+            // invalid peer certificate: …".
+            let mut text = error.to_string();
+            let mut source = std::error::Error::source(error);
+            while let Some(cause) = source {
+                text.push_str(": ");
+                text.push_str(&cause.to_string());
+                source = cause.source();
+            }
+            text
+        }
     };
     redact::redacted(&text).into_owned()
 }
