@@ -546,6 +546,7 @@ impl ReadProblem {
             }
             ReadProblem::Postgres(error) => match error.code() {
                 Some(code) if *code == SqlState::QUERY_CANCELED => Failure::Deadline,
+                Some(code) if connection_lost(code) => Failure::ConnectionReset,
                 Some(code) => {
                     tracing::warn!(
                         provider,
@@ -567,8 +568,14 @@ impl ReadProblem {
     /// outside a server error (the protocol state is unknown).
     fn connection_unusable(&self, client: &Object) -> bool {
         client.is_closed()
-            || matches!(self, ReadProblem::Postgres(error) if error.as_db_error().is_none())
+            || matches!(self, ReadProblem::Postgres(error) if error.code().is_none_or(connection_lost))
     }
+}
+
+/// A server shutting down or restarting (`57P01`…`57P03`) or a connection exception
+/// (class `08`): the connection is gone.
+fn connection_lost(code: &SqlState) -> bool {
+    code.code().starts_with("08") || code.code().starts_with("57P0")
 }
 
 /// The pipelined lookup: begin read-only with the remaining budget as statement
@@ -687,6 +694,25 @@ mod tests {
             limited_query("SELECT id FROM t WHERE k = $1 -- newest first")
                 .ends_with("-- newest first\n) AS ctxd_lookup LIMIT $2")
         );
+    }
+
+    #[test]
+    fn a_server_going_away_is_a_lost_connection() {
+        for lost in [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::CONNECTION_FAILURE,
+        ] {
+            assert!(connection_lost(&lost), "{}", lost.code());
+        }
+        for kept in [
+            SqlState::READ_ONLY_SQL_TRANSACTION,
+            SqlState::QUERY_CANCELED,
+            SqlState::UNDEFINED_TABLE,
+        ] {
+            assert!(!connection_lost(&kept), "{}", kept.code());
+        }
     }
 
     #[test]
