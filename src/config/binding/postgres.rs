@@ -169,6 +169,23 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_loads() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("config/bindings/example-postgres.toml");
+        let example = Binding::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            example.secret_envs().collect::<Vec<_>>(),
+            [("orders", "SHOP_DB_DSN"), ("tickets", "SUPPORT_DB_DSN")]
+        );
+        assert!(
+            example
+                .providers
+                .values()
+                .all(|p| p.kind.type_name() == "postgres")
+        );
+    }
+
+    #[test]
     fn pool_settings_of_postgres_are_in_the_digest() {
         let base = "dsn_env = \"D\"\nquery = \"SELECT $1 AS id\"\n";
         let fast = parse(base).unwrap();
