@@ -782,3 +782,25 @@ async fn tls_is_used_when_asked_and_verifies_the_server_certificate() {
     assert!(!plain.tls_required());
     assert!(!plain.report().await.unwrap().tls);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_error_quoting_the_value_stays_out_of_the_logs() {
+    // NULL casts (the dry run at start-up passes); the value does not, and the server's
+    // message quotes it: `invalid input syntax for type integer: "CUST-…"`.
+    let deployment = deployment("SELECT ($1::int)::text AS id", "");
+    let ctxd = Ctxd::start(&deployment.config, &[], &[("ORDERS_DSN", ADMIN_DSN)]);
+    let body = turn_for(&ctxd, CUSTOMER).await;
+    let orders = provider(&body, "orders");
+    assert_eq!(orders["status"], "UNAVAILABLE", "{body:#}");
+    assert_eq!(orders["detail"], "DATABASE_ERROR", "{body:#}");
+    let logs = ctxd.logs();
+    assert!(logs.contains("sqlstate=\"22P02\""), "{logs}");
+    assert!(
+        !logs.contains(CUSTOMER),
+        "the lookup value is in the logs:\n{logs}"
+    );
+    assert!(
+        !body.to_string().contains("invalid input syntax"),
+        "{body:#}"
+    );
+}
