@@ -380,7 +380,7 @@ async fn a_slow_query_is_cut_at_the_deadline_and_cancelled_on_the_server() {
     let outcome = lookup_within(&provider, CUSTOMER, 10, Duration::from_millis(400)).await;
     assert_failed(&outcome, ProviderStatus::Timeout, "DEADLINE");
     assert!(
-        started.elapsed() < Duration::from_millis(900),
+        started.elapsed() < Duration::from_millis(1500),
         "{:?}",
         started.elapsed()
     );
@@ -413,7 +413,7 @@ async fn an_exhausted_pool_answers_overloaded() {
     let started = Instant::now();
     let outcome = lookup_within(&provider, CUSTOMER, 10, Duration::from_millis(300)).await;
     assert_failed(&outcome, ProviderStatus::Unavailable, "OVERLOADED");
-    assert!(started.elapsed() < Duration::from_millis(800));
+    assert!(started.elapsed() < Duration::from_millis(1500));
     let held = holder.await.unwrap();
     assert_failed(&held, ProviderStatus::Timeout, "DEADLINE");
 }
@@ -483,7 +483,7 @@ async fn ten_thousand_matching_rows_give_the_limit() {
     assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
     assert_eq!(outcome.items_found().len(), 10);
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(5),
         "{:?}",
         started.elapsed()
     );
@@ -590,7 +590,7 @@ async fn served_turns_answer_cut_slow_queries_and_never_log_the_value() {
     let body = turn_for(&ctxd, &slow).await;
     assert_eq!(provider(&body, "orders")["status"], "TIMEOUT", "{body:#}");
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(3),
         "{:?}",
         started.elapsed()
     );
