@@ -342,13 +342,15 @@ async fn a_write_the_dry_run_does_not_reach_is_refused_at_lookup() {
     assert_eq!(schema.count().await, before);
 }
 
-/// The backends running a `pg_sleep` for ctxd, as the server lists them.
-async fn sleeping_backends(admin: &Client) -> i64 {
+/// The backends of ctxd running a query that holds `marker` (each test sleeps in a
+/// query of its own), as the server lists them.
+async fn sleeping_backends(admin: &Client, marker: &str) -> i64 {
+    let pattern = format!("%{marker}%");
     admin
         .query_one(
             "SELECT count(*) FROM pg_stat_activity \
-             WHERE application_name = 'ctxd' AND query LIKE '%pg_sleep%' AND state = 'active'",
-            &[],
+             WHERE application_name = 'ctxd' AND query LIKE $1 AND state = 'active'",
+            &[&pattern],
         )
         .await
         .unwrap()
@@ -356,9 +358,9 @@ async fn sleeping_backends(admin: &Client) -> i64 {
 }
 
 /// Polls until no backend of ctxd sleeps; how long it took.
-async fn sleepers_gone(admin: &Client) -> Duration {
+async fn sleepers_gone(admin: &Client, marker: &str) -> Duration {
     let started = Instant::now();
-    while sleeping_backends(admin).await > 0 {
+    while sleeping_backends(admin, marker).await > 0 {
         assert!(
             started.elapsed() < Duration::from_secs(2),
             "a pg_sleep query kept running"
@@ -369,13 +371,16 @@ async fn sleepers_gone(admin: &Client) -> Duration {
 }
 
 /// Sleeps a minute for a real value; NULL (the dry run at open) does not sleep.
-const SLOW: &str =
-    "SELECT $1 AS id, pg_sleep(CASE WHEN $1 IS NULL THEN 0 ELSE 60 END)::text AS content";
+fn slow(marker: &str) -> String {
+    format!(
+        "SELECT $1 AS id, pg_sleep(CASE WHEN $1 IS NULL THEN 0 ELSE 60 END)::text AS content /* {marker} */"
+    )
+}
 
 #[tokio::test]
 async fn a_slow_query_is_cut_at_the_deadline_and_cancelled_on_the_server() {
     let admin = admin().await;
-    let provider = open(SLOW).await.unwrap();
+    let provider = open(&slow("cut-at-deadline")).await.unwrap();
     let started = Instant::now();
     let outcome = lookup_within(&provider, CUSTOMER, 10, Duration::from_millis(400)).await;
     assert_failed(&outcome, ProviderStatus::Timeout, "DEADLINE");
@@ -384,7 +389,7 @@ async fn a_slow_query_is_cut_at_the_deadline_and_cancelled_on_the_server() {
         "{:?}",
         started.elapsed()
     );
-    sleepers_gone(&admin).await;
+    sleepers_gone(&admin, "cut-at-deadline").await;
 
     // Abandoned before its deadline (the turn was answered without it): cancelled too.
     let abandoned = tokio::time::timeout(
@@ -393,7 +398,7 @@ async fn a_slow_query_is_cut_at_the_deadline_and_cancelled_on_the_server() {
     )
     .await;
     assert!(abandoned.is_err());
-    sleepers_gone(&admin).await;
+    sleepers_gone(&admin, "cut-at-deadline").await;
 
     // The pool still serves: a fresh connection replaced the discarded ones.
     let fast = open("SELECT $1 AS id").await.unwrap();
@@ -402,7 +407,9 @@ async fn a_slow_query_is_cut_at_the_deadline_and_cancelled_on_the_server() {
 
 #[tokio::test]
 async fn an_exhausted_pool_answers_overloaded() {
-    let provider = open_with(ADMIN_DSN, SLOW, 1).await.unwrap();
+    let provider = open_with(ADMIN_DSN, &slow("exhausted-pool"), 1)
+        .await
+        .unwrap();
     let holder = {
         let provider = provider.clone();
         tokio::spawn(
@@ -416,6 +423,7 @@ async fn an_exhausted_pool_answers_overloaded() {
     assert!(started.elapsed() < Duration::from_millis(1500));
     let held = holder.await.unwrap();
     assert_failed(&held, ProviderStatus::Timeout, "DEADLINE");
+    sleepers_gone(&admin().await, "exhausted-pool").await;
 }
 
 #[tokio::test]
@@ -571,7 +579,7 @@ async fn served_turns_answer_cut_slow_queries_and_never_log_the_value() {
     let schema = Schema::create().await;
     let admin = admin().await;
     let query = format!(
-        "SELECT id, title, content, updated_at, pg_sleep(CASE WHEN $1 = 'slow-{CUSTOMER}' THEN 60 ELSE 0 END)::text AS slept \
+        "SELECT id, title, content, updated_at, pg_sleep(CASE WHEN $1 = 'slow-{CUSTOMER}' THEN 60 ELSE 0 END)::text AS slept /* served-turns */ \
          FROM {} WHERE customer = $1 OR $1 = 'slow-{CUSTOMER}'",
         schema.records()
     );
@@ -594,7 +602,7 @@ async fn served_turns_answer_cut_slow_queries_and_never_log_the_value() {
         "{:?}",
         started.elapsed()
     );
-    let gone_after = sleepers_gone(&admin).await;
+    let gone_after = sleepers_gone(&admin, "served-turns").await;
     assert!(gone_after < Duration::from_secs(1), "{gone_after:?}");
 
     let logs = ctxd.logs();
