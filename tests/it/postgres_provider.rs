@@ -812,3 +812,26 @@ async fn a_server_error_quoting_the_value_stays_out_of_the_logs() {
         "{body:#}"
     );
 }
+
+#[tokio::test]
+async fn readiness_prepares_the_query_without_running_it() {
+    let schema = Schema::create().await;
+    let provider = open(&orders_query(&schema)).await.unwrap();
+    provider.check().await.unwrap();
+    admin()
+        .await
+        .batch_execute(&format!("DROP TABLE {}", schema.records()))
+        .await
+        .unwrap();
+    let problem = provider.check().await.unwrap_err();
+    assert!(
+        problem.starts_with("UNAVAILABLE (DATABASE_ERROR): query: does not prepare:")
+            && problem.contains("does not exist"),
+        "{problem}"
+    );
+    provider.close();
+    assert_eq!(
+        provider.check().await.unwrap_err(),
+        "UNAVAILABLE (POOL_CLOSED)"
+    );
+}

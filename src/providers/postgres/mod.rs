@@ -74,8 +74,6 @@ struct Inner {
     tls: MakeRustlsConnect,
     /// The env var the connection string came from, for messages.
     dsn_env: String,
-    /// The query as written, checked at open.
-    query: String,
     /// `SELECT * FROM (<query>) q LIMIT $2`, what lookups run.
     limited: String,
     layout: Layout,
@@ -181,7 +179,6 @@ impl PostgresProvider {
                 pool: built,
                 tls,
                 dsn_env: name,
-                query: query.to_owned(),
                 limited,
                 layout,
                 connect_timeout: pool.connect_timeout,
@@ -262,23 +259,37 @@ impl PostgresProvider {
         }
     }
 
-    /// Readiness: a connection can be had and the query still prepares with the same
-    /// checks as `open`. The error is a short description, never a value.
+    /// Readiness: a connection can be had and the limited query still prepares with
+    /// columns that fit the contract (the statement is not run: the dry run at `open`
+    /// judged it). The error is a short description, never a value.
     pub async fn check(&self) -> Result<(), String> {
-        if self.inner.pool.is_closed() {
+        let inner = &self.inner;
+        if inner.pool.is_closed() {
             return Err("UNAVAILABLE (POOL_CLOSED)".to_owned());
         }
-        let inner = &self.inner;
-        inspect(
-            &inner.pool,
-            inner.connect_timeout,
-            &inner.dsn_env,
-            &inner.query,
-            &inner.limited,
+        let client = checkout(&inner.pool, inner.connect_timeout)
+            .await
+            .map_err(|reason| {
+                format!(
+                    "UNAVAILABLE (CONNECT_FAILED): the server named in {:?}: {reason}",
+                    inner.dsn_env
+                )
+            })?;
+        let prepared = tokio::time::timeout(
+            CHECK_TIMEOUT,
+            client.prepare_typed(&inner.limited, &[Type::TEXT, Type::INT8]),
         )
         .await
-        .map(|_| ())
-        .map_err(|error| format!("UNAVAILABLE: {error}"))
+        .map_err(|_| format!("UNAVAILABLE (DEADLINE): no answer within {CHECK_TIMEOUT:?}"))?
+        .map_err(|error| {
+            format!(
+                "UNAVAILABLE (DATABASE_ERROR): query: does not prepare: {}",
+                server_words(&error)
+            )
+        })?;
+        Layout::of(prepared.columns())
+            .map(|_| ())
+            .map_err(|problem| format!("UNAVAILABLE (DATABASE_ERROR): query: {problem}"))
     }
 
     /// What `doctor` shows: server version, TLS, and whether the role can write.
