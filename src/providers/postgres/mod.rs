@@ -9,9 +9,12 @@
 //!   `transaction_read_only`) is refused by the server;
 //! - [`PostgresProvider::open`] prepares the query as written (the server's message when
 //!   it does not: two statements, a syntax error, an unknown table), requires exactly one
-//!   parameter (`$1`, typed `text`), runs it once inside a read-only transaction with a
-//!   NULL value so that the server refuses what would write (`INSERT`, `CREATE TABLE`,
-//!   `VACUUM`, `COPY … TO PROGRAM`…) at start-up, and checks its columns;
+//!   parameter (`$1`, typed `text`) and a statement that returns rows (so `CREATE
+//!   TABLE`, `VACUUM`, `SET` or `COPY … TO PROGRAM` is never executed: some utility
+//!   statements are not stopped by a read-only transaction), runs it once inside a
+//!   read-only transaction with a NULL value so that the server refuses what would write
+//!   (`INSERT … RETURNING`, a writable CTE, `CREATE TABLE … AS`) at start-up, and checks
+//!   its columns; readiness only prepares it again;
 //! - lookups run the query inside `SELECT * FROM (<query>) q LIMIT $2`, prepared once
 //!   per connection (`prepare_typed_cached`): rows beyond the limit are never produced.
 //!
@@ -35,8 +38,9 @@
 //! `CONNECTION_RESET`); the deadline → `TIMEOUT` (`DEADLINE`); any error the server
 //! reports → `UNAVAILABLE` (`DATABASE_ERROR`), logged with its SQLSTATE only (a message
 //! may quote the value); a row that does not fit the contract → `INVALID_RESPONSE`
-//! (`MALFORMED`). Connections that failed are dropped, never returned to the pool, so
-//! calls recover on their own once the server is back.
+//! (`MALFORMED`). A connection that was lost, cut at the deadline or left in a state the
+//! driver cannot vouch for is dropped, never returned to the pool, so calls recover on
+//! their own once the server is back.
 
 use super::{LookupCall, PoolSettings, RecycleCheck, bounds, redact};
 use crate::contract::{Currentness, Item, Source};
