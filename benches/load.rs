@@ -5,7 +5,7 @@
 //!     [--providers 1,4,8] [--overhead-providers N|none] [--rounds N] [--soak SECS]
 //!     [--soak-providers N] [--skip-load] [--workers N] [--client-threads N]
 //!     [--mock-threads N] [--compare-ctxd PATH] [--repeated FRACTION]
-//!     [--repeated-providers N] [--out DIR]
+//!     [--repeated-providers N] [--postgres] [--out DIR]
 //! ```
 //!
 //! - **Mock providers**: one hand-written HTTP/1.1 `context-provider.v1` server per
@@ -53,6 +53,11 @@
 //!   apart): each side's upstream lookups over its measured window, per provider call
 //!   of its turns, show what the cache and the coalescing of identical lookups save.
 //!   Runs with `--skip-load` too (then the figures go to `DIR/repeated.json`).
+//! - **PostgreSQL** (`--postgres`): a fresh ctxd whose 4 providers are `postgres`
+//!   bindings, one query each against the server on 127.0.0.1:5432 (database `test`,
+//!   schema `ctxd_load_bench`, 10 000 customers per table), interleaved with its own raw
+//!   baseline: the same 4 queries through the same driver and pool sizes, without ctxd
+//!   (see `load/postgres.rs`). Runs with `--skip-load` too.
 //! - **Soak** (`--soak SECS`): a fresh ctxd at `--soak-providers` (default 4), closed
 //!   loop for SECS, ctxd's `VmRSS` sampled every second. "Flat": the mean of the last
 //!   5 s, and every sample after the 10 s warm-up, within 5 % of the mean of the 5 s
@@ -64,6 +69,9 @@
 //! (percentile curves, ctxd vs baseline, and compare, per provider count) and, with a
 //! soak, `DIR/soak.svg`. The machine has 2 cores, shared by the client, the mocks and
 //! ctxd: absolute figures drift, same-run ratios hold. See docs/PERFORMANCE.md.
+
+#[path = "load/postgres.rs"]
+mod postgres;
 
 use ctxd::contract::{LookupRequest, LookupResponse};
 use serde_json::{Value, json};
@@ -125,6 +133,8 @@ struct Args {
     /// The fraction of turns asking for a repeated value in the cache run (`--repeated`).
     repeated: Option<f64>,
     repeated_providers: usize,
+    /// Run the PostgreSQL variant (`--postgres`).
+    postgres: bool,
     out: PathBuf,
 }
 
@@ -133,7 +143,7 @@ fn usage() -> ! {
         "usage: cargo bench --bench load -- [--duration SECS] [--warmup SECS] [--concurrency N] \
          [--providers 1,4,8] [--overhead-providers N|none] [--rounds N] [--soak SECS] [--soak-providers N] \
          [--skip-load] [--workers N] [--client-threads N] [--mock-threads N] [--compare-ctxd PATH] \
-         [--repeated FRACTION] [--repeated-providers N] [--out DIR]"
+         [--repeated FRACTION] [--repeated-providers N] [--postgres] [--out DIR]"
     );
     std::process::exit(2)
 }
@@ -155,6 +165,7 @@ fn parse_args() -> Args {
         compare_ctxd: None,
         repeated: None,
         repeated_providers: 4,
+        postgres: false,
         out: target_dir().join("bench/load"),
     };
     let mut it = std::env::args().skip(1);
@@ -214,6 +225,7 @@ fn parse_args() -> Args {
                 )
             }
             "--repeated-providers" => args.repeated_providers = number(it.next()),
+            "--postgres" => args.postgres = true,
             "--out" => args.out = PathBuf::from(it.next().unwrap_or_else(|| usage())),
             "-h" | "--help" => usage(),
             other => {
@@ -448,13 +460,24 @@ impl CtxdBinary {
 struct Workload {
     cache: bool,
     values: Values,
+    upstream: Upstream,
 }
 
 impl Workload {
     const PLAIN: Workload = Workload {
         cache: false,
         values: Values::Cycle,
+        upstream: Upstream::Mocks,
     };
+}
+
+/// What serves a ctxd side's providers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Upstream {
+    /// The HTTP mocks.
+    Mocks,
+    /// `postgres` bindings against the real server ([`postgres`]).
+    Postgres,
 }
 
 /// Which lookup value turn `i` asks for.
@@ -500,13 +523,17 @@ impl CtxdProcess {
         binary: &CtxdBinary,
         mocks: &[SocketAddr],
         workers: Option<usize>,
-        cache: bool,
+        workload: Workload,
     ) -> CtxdProcess {
         let bench_dir = target_dir().join("bench");
         std::fs::create_dir_all(&bench_dir).unwrap();
         let dir = tempfile::tempdir_in(&bench_dir).unwrap();
         std::fs::write(dir.path().join("project.json"), project_json(mocks.len())).unwrap();
-        std::fs::write(dir.path().join("binding.toml"), binding_toml(mocks, cache)).unwrap();
+        let binding = match workload.upstream {
+            Upstream::Mocks => binding_toml(mocks, workload.cache),
+            Upstream::Postgres => postgres::binding_toml(),
+        };
+        std::fs::write(dir.path().join("binding.toml"), binding).unwrap();
         let config = dir.path().join("ctxd.toml");
         std::fs::write(&config, config_toml()).unwrap();
         let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
@@ -516,6 +543,7 @@ impl CtxdProcess {
             .args(["serve", "--config", config.to_str().unwrap()])
             .args(["--listen", "127.0.0.1:0"])
             .env(SECRET_ENV, PROVIDER_SECRET)
+            .env(postgres::DSN_ENV, postgres::DSN)
             .env_remove(DIGEST_KEY_ENV)
             .env_remove("CTXD_LOG")
             .env_remove("CTXD_LOG_FORMAT")
@@ -665,7 +693,7 @@ impl ServedCtxd {
         client: reqwest::Client,
         workload: Workload,
     ) -> ServedCtxd {
-        let mut process = CtxdProcess::start(binary, mocks, workers, workload.cache);
+        let mut process = CtxdProcess::start(binary, mocks, workers, workload);
         process.wait_ready(runtime, ready_client);
         let answered = Arc::new(AtomicU64::new(0));
         let target = Arc::new(Target {
@@ -759,6 +787,8 @@ enum Side {
     Raw {
         urls: Vec<String>,
     },
+    /// The PostgreSQL variant's baseline: the same queries through the same driver.
+    RawPostgres(postgres::Raw),
 }
 
 struct Target {
@@ -774,7 +804,7 @@ impl Target {
     fn name(&self) -> &'static str {
         match self.side {
             Side::Ctxd { label, .. } => label,
-            Side::Raw { .. } => "baseline",
+            Side::Raw { .. } | Side::RawPostgres(_) => "baseline",
         }
     }
 
@@ -782,7 +812,7 @@ impl Target {
     fn process(&self) -> Option<(u32, &str)> {
         match &self.side {
             Side::Ctxd { pid, base, .. } => Some((*pid, base)),
-            Side::Raw { .. } => None,
+            Side::Raw { .. } | Side::RawPostgres(_) => None,
         }
     }
 
@@ -874,6 +904,7 @@ impl Target {
                     .collect();
                 join_all(calls).await.into_iter().collect()
             }
+            Side::RawPostgres(raw) => raw.turn(&value).await,
         }
     }
 }
@@ -2377,6 +2408,7 @@ fn main() {
         .copied()
         .chain(args.soak.map(|_| args.soak_providers))
         .chain(args.repeated.map(|_| args.repeated_providers))
+        .chain(args.postgres.then_some(postgres::PROVIDERS))
         .max()
         .unwrap_or(1);
 
@@ -2543,8 +2575,24 @@ fn main() {
         let providers = args.repeated_providers;
         let mocks = &addresses[..providers];
         let values = Values::Repeated(fraction);
-        let cached = serve(&CtxdBinary::cached(), mocks, Workload { cache: true, values });
-        let plain = serve(&CtxdBinary::bench(), mocks, Workload { cache: false, values });
+        let cached = serve(
+            &CtxdBinary::cached(),
+            mocks,
+            Workload {
+                cache: true,
+                values,
+                upstream: Upstream::Mocks,
+            },
+        );
+        let plain = serve(
+            &CtxdBinary::bench(),
+            mocks,
+            Workload {
+                cache: false,
+                values,
+                upstream: Upstream::Mocks,
+            },
+        );
         let settings = closed_loop_phase(providers);
         let mut phases = machine
             .interleave(&client_runtime, &[&cached.target, &plain.target], &settings)
@@ -2575,6 +2623,58 @@ fn main() {
             println!("  {} traces: {}", served.target.name(), served.stop().describe());
         }
         run
+    });
+
+    let postgres_run = args.postgres.then(|| {
+        client_runtime
+            .block_on(postgres::prepare_data())
+            .unwrap_or_else(|e| panic!("PostgreSQL at {}: {e}", postgres::DSN));
+        let providers = postgres::PROVIDERS;
+        let workload = Workload {
+            cache: false,
+            values: postgres::VALUES,
+            upstream: Upstream::Postgres,
+        };
+        let served = serve(&CtxdBinary::bench(), &addresses[..providers], workload);
+        let raw_target = Arc::new(Target {
+            client: client(pool),
+            values: postgres::VALUES,
+            asked: AtomicU64::new(0),
+            side: Side::RawPostgres(postgres::Raw::new()),
+        });
+        let settings = closed_loop_phase(providers);
+        let mut phases = machine
+            .interleave(&client_runtime, &[&served.target, &raw_target], &settings)
+            .into_iter();
+        let (ctxd_phase, baseline_phase) = (phases.next().unwrap(), phases.next().unwrap());
+        println!(
+            "\npostgres: {providers} providers/turn, each one query against {} (pools of {} per provider on both sides)\n{HEADER}",
+            postgres::DSN,
+            postgres::POOL_SIZE
+        );
+        println!("{}", fmt_row(&ctxd_phase, None));
+        let ratio = ctxd_phase.throughput() / baseline_phase.throughput();
+        println!("{}", fmt_row(&baseline_phase, Some(ratio)));
+        for phase in [&ctxd_phase, &baseline_phase] {
+            warn_foreign(phase);
+            if let Some(error) = &phase.recorded.first_error {
+                println!(
+                    "    {} errors: {} measured, {} in warm-up; first: {error}",
+                    phase.side, phase.recorded.errors, phase.recorded.warmup_errors
+                );
+            }
+        }
+        let traces = served.stop();
+        println!("  traces: {}", traces.describe());
+        drop(raw_target);
+        client_runtime.block_on(postgres::drop_data());
+        Run {
+            providers,
+            ctxd: ctxd_phase,
+            baseline: baseline_phase,
+            traces,
+            compare: None,
+        }
     });
 
     let soak = args.soak.map(|seconds| {
@@ -2694,14 +2794,30 @@ fn main() {
         })),
         "soak": soak.as_ref().map(Soak::json),
         "repeated": repeated.as_ref().map(Repeated::json),
+        "postgres": postgres_run.as_ref().map(|r| json!({
+            "providers_per_turn": r.providers,
+            "binding": format!("{} postgres providers, one query each, pool.max_size {}, max_concurrency 1024, other settings default", r.providers, postgres::POOL_SIZE),
+            "baseline": "the same queries through tokio-postgres + deadpool-postgres pools of the same size, prepared once per connection, no ctxd",
+            "ctxd": r.ctxd.json(),
+            "baseline_figures": r.baseline.json(),
+            "throughput_ratio": r.ctxd.throughput() / r.baseline.throughput(),
+            "p50_ratio": r.ctxd.percentile_ms(0.5) / r.baseline.percentile_ms(0.5),
+            "p99_ratio": r.ctxd.percentile_ms(0.99) / r.baseline.percentile_ms(0.99),
+            "cpu_per_turn_ratio": r.ctxd.per_1000(r.ctxd.cpu_total()) / r.baseline.per_1000(r.baseline.cpu_total()),
+            "turns_answered_incl_warmup": r.traces.answered,
+            "turns_in_trace_store": r.traces.stored,
+        })),
         "targets": targets,
     });
     // A soak-only or repeated-only run does not overwrite the load results.
-    let results_path = args.out.join(match (args.skip_load, &repeated) {
-        (false, _) => "results.json",
-        (true, Some(_)) => "repeated.json",
-        (true, None) => "soak.json",
-    });
+    let results_path = args
+        .out
+        .join(match (args.skip_load, &repeated, &postgres_run) {
+            (false, _, _) => "results.json",
+            (true, Some(_), _) => "repeated.json",
+            (true, None, Some(_)) => "postgres.json",
+            (true, None, None) => "soak.json",
+        });
     std::fs::write(
         &results_path,
         serde_json::to_string_pretty(&results).unwrap(),

@@ -18,6 +18,7 @@ use crate::config::{
 };
 use crate::project::{LoadError, Project};
 use crate::providers::http::{HttpProvider, HttpSetupError};
+use crate::providers::postgres::{PostgresProvider, PostgresSetupError};
 use crate::providers::rest::RestProvider;
 use crate::providers::sqlite::{SqliteProvider, SqliteSetupError};
 use crate::providers::{Implementation, Secret};
@@ -28,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod databases;
+mod servers;
 
 use databases::OwnFiles;
 
@@ -481,20 +483,24 @@ fn check_binding_use(
             Some("") => "is empty",
             Some(_) => continue,
         };
-        let key = binding
-            .binding
-            .providers
-            .get(id)
-            .map_or("secret_env", |p| p.kind.secret_env_key());
-        problems.add(
-            &binding_file,
-            databases::at_key(
+        let problem = match binding.binding.providers.get(id).map(|p| &p.kind) {
+            Some(kind @ ProviderKind::Postgres { .. }) => databases::at_key(
                 id,
-                key,
+                kind.secret_env_key(),
                 format!(
-                    "environment variable {name:?} {state}: provider {id:?} cannot authenticate"
+                    "environment variable {name:?} {state}: provider {id:?} has no connection string"
                 ),
             ),
+            kind => secret_problem(
+                id,
+                kind.map_or("secret_env", ProviderKind::secret_env_key),
+                name,
+                state,
+            ),
+        };
+        problems.add(
+            &binding_file,
+            problem,
             Some(tenant_index),
             ProblemKind::Secret {
                 binding: binding.path.clone(),
@@ -505,11 +511,12 @@ fn check_binding_use(
     }
 }
 
-/// The `secret_env` of `provider` lacks its value (`state`: `is not set`, `is empty`).
-fn secret_problem(provider: &str, name: &str, state: &str) -> Problem {
+/// The env var `provider` names at `key` lacks its value (`state`: `is not set`, `is
+/// empty`).
+fn secret_problem(provider: &str, key: &str, name: &str, state: &str) -> Problem {
     databases::at_key(
         provider,
-        "secret_env",
+        key,
         format!("environment variable {name:?} {state}: provider {provider:?} cannot authenticate"),
     )
 }
@@ -558,6 +565,8 @@ pub(crate) enum SetupError {
     Http(#[from] HttpSetupError),
     #[error(transparent)]
     Sqlite(#[from] SqliteSetupError),
+    #[error(transparent)]
+    Postgres(#[from] PostgresSetupError),
 }
 
 impl SetupError {
@@ -566,7 +575,9 @@ impl SetupError {
     /// `validate` uses, so `serve`, `validate` and `doctor` say it alike.
     pub(crate) fn problem(&self, provider: &str) -> Problem {
         match self {
-            SetupError::SecretNotSet(name) => secret_problem(provider, name, "is not set"),
+            SetupError::SecretNotSet(name) => {
+                secret_problem(provider, "secret_env", name, "is not set")
+            }
             SetupError::Http(error) => {
                 let key = match error {
                     HttpSetupError::EmptySecret | HttpSetupError::SecretNotAHeaderValue => {
@@ -580,6 +591,7 @@ impl SetupError {
                 databases::at_key(provider, key, error.to_string())
             }
             SetupError::Sqlite(error) => databases::at_key(provider, error.key(), error.reason()),
+            SetupError::Postgres(error) => databases::at_key(provider, error.key(), error.reason()),
         }
     }
 }
@@ -621,6 +633,11 @@ pub(crate) async fn build_implementation(
             };
             let provider = RestProvider::new(spec, secret, &binding.pool, binding.timeout)?;
             Ok(Implementation::Rest(provider))
+        }
+        ProviderKind::Postgres { dsn_env, query } => {
+            let provider =
+                PostgresProvider::open(dsn_env, env.get(dsn_env), query, &binding.pool).await?;
+            Ok(Implementation::Postgres(provider))
         }
     }
 }

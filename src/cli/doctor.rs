@@ -45,6 +45,8 @@ mod rest;
 
 /// Upper bound on opening one SQLite binding and preparing its query. `open` bounds its
 /// own waits (5 s); this guards the whole step so one stuck file cannot hang the doctor.
+mod postgres;
+
 const SQLITE_CHECK_LIMIT: Duration = Duration::from_secs(15);
 /// The public API key of the shipped demo tenant (docs/CONFIGURATION.md).
 const DEMO_API_KEY: &str = "ctxd-demo-key";
@@ -650,6 +652,9 @@ async fn check_provider(
         Implementation::Rest(client) => {
             rest::check_probe(&mut report, &subject, provider, client).await
         }
+        Implementation::Postgres(postgres) => {
+            postgres::check_postgres(&mut report, &subject, provider, postgres).await
+        }
     }
     implementation.close();
     report.checks
@@ -663,6 +668,7 @@ fn target(provider: &ProviderBinding) -> String {
             format!("database {}", super::shown_path(database))
         }
         ProviderKind::Rest(spec) => format!("endpoint {}", spec.endpoint),
+        ProviderKind::Postgres { dsn_env, .. } => format!("the server named in {dsn_env}"),
     }
 }
 

@@ -229,9 +229,25 @@ pub(crate) fn run(args: &ProviderCheckArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// A `postgres://` or `postgresql://` URL, or a `key=value` connection string.
+fn is_postgres_dsn(text: &str) -> bool {
+    let lower = text.trim().to_ascii_lowercase();
+    lower.starts_with("postgres://")
+        || lower.starts_with("postgresql://")
+        || (!lower.contains("://")
+            && ["host=", "dbname=", "user=", "password="]
+                .iter()
+                .any(|key| lower.split_whitespace().any(|word| word.starts_with(key))))
+}
+
 /// Checks the arguments; an error names the argument and never shows the secret or the
 /// value.
 fn target(args: &ProviderCheckArgs, env: &EnvVars) -> anyhow::Result<Target> {
+    if is_postgres_dsn(&args.url) {
+        bail!(
+            "URL: a PostgreSQL connection string, not a context-provider.v1 endpoint (not shown: it may carry a password). A postgres provider is checked by `ctxd doctor`: it connects with the binding's dsn_env, prepares and dry-runs the query read-only, and reports the server version, TLS and whether the role can write"
+        );
+    }
     let url = Url::parse(&args.url).with_context(|| format!("URL {:?} is not a URL", args.url))?;
     let violations = endpoint::violations(&url);
     if violations.contains(&Violation::Credentials) {
@@ -808,6 +824,36 @@ fn reflection_rule(exchanges: &[&Exchange], secret: Option<&str>) -> Judgement {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn postgres_connection_strings_are_told_apart_and_never_shown() {
+        for text in [
+            "postgres://reader:hunter2@db.internal/orders",
+            "POSTGRESQL://db/orders",
+            "host=db.internal dbname=orders password=hunter2",
+        ] {
+            assert!(is_postgres_dsn(text), "{text}");
+            let args = ProviderCheckArgs {
+                url: text.to_owned(),
+                binding: None,
+                secret_env: None,
+                value: "CUST-1042".to_owned(),
+                key: "customerId".to_owned(),
+                provider: "customer-data".to_owned(),
+                limit: 2,
+                timeout_ms: 2000,
+                format: Format::Human,
+            };
+            let error = target(&args, &EnvVars::default())
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(error.contains("ctxd doctor"), "{error}");
+            assert!(!error.contains("hunter2"), "{error}");
+        }
+        assert!(!is_postgres_dsn("https://crm.internal/context"));
+        assert!(!is_postgres_dsn("http://127.0.0.1:8080/ctx"));
+    }
 
     fn answer(status: u16, body: Value) -> Exchange {
         Exchange {

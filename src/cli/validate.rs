@@ -2,8 +2,9 @@
 //! Bindings, that each project's providers are bound (and nothing else is), and that the
 //! environment holds every referenced secret and a digest key `serve` accepts — the
 //! deployment as [`Deployment::resolve`] finds it — then opens every SQLite database
-//! read-only and prepares its query as `serve` does ([`Deployment::inspect_databases`]):
-//! what `serve` would refuse, `validate` reports. Prints every problem, whatever its
+//! read-only and prepares its query as `serve` does ([`Deployment::inspect_databases`]),
+//! and connects to every PostgreSQL server to prepare and dry-run its query
+//! ([`Deployment::inspect_servers`]): what `serve` would refuse, `validate` reports. Prints every problem, whatever its
 //! severity, then a summary. Calls no HTTP provider (`ctxd doctor` does).
 
 use crate::config::{ConfigErrors, EnvVars, ServerConfig};
@@ -119,6 +120,7 @@ pub(crate) fn check(config: &Path, env: &EnvVars) -> Report {
     ));
     let mut deployment = Deployment::resolve(&server, env);
     deployment.inspect_databases();
+    deployment.inspect_servers(env);
     report.tenants = server.tenants.len();
     report.projects = server.tenants.iter().map(|t| t.projects.len()).sum();
     for tenant in &deployment.tenants {

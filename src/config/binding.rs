@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use url::Url;
 
+mod postgres;
 mod query;
 mod rest;
 mod rest_presets;
@@ -39,9 +40,9 @@ const MAX_VERSION_CHARS: usize = 128;
 pub const DEFAULT_RETENTION_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Provider types this version serves.
-const SUPPORTED_TYPES: &str = "http, sqlite, rest";
+const SUPPORTED_TYPES: &str = "http, sqlite, rest, postgres";
 /// Provider types the product defines but this version does not serve yet.
-const LATER_TYPES: &[&str] = &["postgres", "mcp"];
+const LATER_TYPES: &[&str] = &["mcp"];
 /// Keys that say *which* implementation serves a provider: never in `[defaults]`.
 const IDENTITY_KEYS: &[&str] = &[
     "type",
@@ -50,6 +51,7 @@ const IDENTITY_KEYS: &[&str] = &[
     "query",
     "secret_env",
     "version",
+    "dsn_env",
 ];
 /// Keys allowed both in a provider's table and in `[defaults]`.
 const SETTING_KEYS: &[&str] = &[
@@ -120,6 +122,13 @@ pub enum ProviderKind {
     },
     /// A JSON API: one request per lookup, the answer mapped to items by JSONPath.
     Rest(Box<RestSpec>),
+    /// A PostgreSQL server, one query with the lookup value as `$1`, run in a read-only
+    /// transaction.
+    Postgres {
+        /// Name of the env var holding the connection string.
+        dsn_env: String,
+        query: String,
+    },
 }
 
 impl ProviderKind {
@@ -129,15 +138,17 @@ impl ProviderKind {
             ProviderKind::Http { .. } => "http",
             ProviderKind::Sqlite { .. } => "sqlite",
             ProviderKind::Rest(_) => "rest",
+            ProviderKind::Postgres { .. } => "postgres",
         }
     }
 
     /// The key naming that env var, for messages: `secret_env`; for rest, `auth` (or a
-    /// preset's `token_env`).
+    /// preset's `token_env`); for postgres, `dsn_env`.
     pub(crate) fn secret_env_key(&self) -> &'static str {
         match self {
             ProviderKind::Rest(spec) if spec.preset.is_some() => "token_env",
             ProviderKind::Rest(_) => "auth",
+            ProviderKind::Postgres { .. } => "dsn_env",
             _ => "secret_env",
         }
     }
@@ -148,6 +159,7 @@ impl ProviderKind {
             ProviderKind::Http { secret_env, .. } => secret_env.as_deref(),
             ProviderKind::Sqlite { .. } => None,
             ProviderKind::Rest(spec) => spec.auth.secret_env(),
+            ProviderKind::Postgres { dsn_env, .. } => Some(dsn_env),
         }
     }
 }
@@ -257,6 +269,7 @@ struct RawIdentity {
     database: Option<String>,
     query: Option<String>,
     version: Option<String>,
+    dsn_env: Option<String>,
 }
 
 fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<Binding, ConfigErrors> {
@@ -419,6 +432,7 @@ fn check_provider(
     let before = problems.len();
     problems.id(path, "provider", id);
 
+    postgres::refuse_inline_dsn(problems, path, &mut table);
     let known: Vec<&str> = IDENTITY_KEYS
         .iter()
         .chain(SETTING_KEYS)
@@ -516,6 +530,7 @@ fn check_kind(
         }
         Some("http") => {
             not_for(problems, "database", raw.database.is_some(), "http");
+            not_for(problems, "dsn_env", raw.dsn_env.is_some(), "http");
             not_for(problems, "query", raw.query.is_some(), "http");
             let endpoint_path = key_path(path, "endpoint");
             let Some(endpoint) = &raw.endpoint else {
@@ -538,6 +553,7 @@ fn check_kind(
         Some("sqlite") => {
             not_for(problems, "endpoint", raw.endpoint.is_some(), "sqlite");
             not_for(problems, "secret_env", raw.secret_env.is_some(), "sqlite");
+            not_for(problems, "dsn_env", raw.dsn_env.is_some(), "sqlite");
             let database = match &raw.database {
                 None => {
                     problems.add(
@@ -598,6 +614,7 @@ fn check_kind(
             let written = spec.to_json();
             Some((ProviderKind::Rest(Box::new(spec)), written))
         }
+        Some("postgres") => postgres::check(problems, path, raw),
         Some(later) if LATER_TYPES.contains(&later) => {
             problems.add(
                 &type_path,
@@ -621,7 +638,7 @@ fn check_version(problems: &mut Problems, path: &str, raw: &RawIdentity) -> Opti
     let version_path = key_path(path, "version");
     match &raw.version {
         None => {
-            if let Some(kind @ ("sqlite" | "rest")) = raw.kind.as_deref() {
+            if let Some(kind @ ("sqlite" | "rest" | "postgres")) = raw.kind.as_deref() {
                 problems.add(
                     &version_path,
                     format!("is required for a {kind} provider: it is the data version reported with every answer"),
@@ -738,6 +755,15 @@ fn digest_entry(provider: &ProviderBinding, written_location: Json) -> Json {
         "version": provider.version,
         "secret_env": provider.kind.secret_env(),
     });
+    if let (ProviderKind::Postgres { .. }, Some(Json::Object(pool))) =
+        (&provider.kind, entry.get_mut("pool"))
+    {
+        pool.insert(
+            "connect_timeout_ms".to_owned(),
+            json!(ms(provider.pool.connect_timeout)),
+        );
+        pool.insert("recycle".to_owned(), json!(provider.pool.recycle.as_str()));
+    }
     if let (Json::Object(entry), Json::Object(location)) = (&mut entry, written_location) {
         entry.extend(location);
     }
@@ -1117,16 +1143,12 @@ mod tests {
     fn provider_types() {
         for (kind, needle) in [
             (
-                "postgres",
-                "\"postgres\" is not available in this version (supported: http, sqlite, rest)",
-            ),
-            (
                 "mcp",
-                "\"mcp\" is not available in this version (supported: http, sqlite, rest)",
+                "\"mcp\" is not available in this version (supported: http, sqlite, rest, postgres)",
             ),
             (
                 "grpc",
-                "unknown provider type \"grpc\" (supported: http, sqlite, rest)",
+                "unknown provider type \"grpc\" (supported: http, sqlite, rest, postgres)",
             ),
             ("HTTP", "unknown provider type \"HTTP\""),
         ] {
@@ -1136,7 +1158,7 @@ mod tests {
         assert_one_problem(
             "revision = \"r1\"\n[providers.x]\ntimeout_ms = 100\n",
             "providers.x.type",
-            "is required (supported: http, sqlite, rest)",
+            "is required (supported: http, sqlite, rest, postgres)",
         );
     }
 
@@ -1491,7 +1513,7 @@ mod tests {
             "providers.a.max_concurrency: ",
             "providers.b.query: ",
             "providers.b.version: ",
-            "providers.c.type: ",
+            "providers.c.dsn_env: ",
         ] {
             assert!(
                 found.iter().any(|p| p.starts_with(path)),

@@ -7,6 +7,7 @@
 pub mod bounds;
 pub(crate) mod endpoint;
 pub mod http;
+pub mod postgres;
 pub mod redact;
 pub mod rest;
 pub mod secrets;
@@ -17,12 +18,42 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Connection reuse of a binding's implementation: `max_idle_per_host` and
-/// `idle_timeout` apply to HTTP clients, `max_size` to SQLite connection pools.
+/// `idle_timeout` apply to HTTP clients, `max_size` to SQLite and PostgreSQL connection
+/// pools, `connect_timeout` and `recycle` to PostgreSQL pools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolSettings {
     pub(crate) max_idle_per_host: usize,
     pub(crate) idle_timeout: Duration,
     pub(crate) max_size: usize,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) recycle: RecycleCheck,
+}
+
+/// How a pooled PostgreSQL connection is checked before it is handed out again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecycleCheck {
+    /// Only that the connection is not closed: no round trip.
+    #[default]
+    Fast,
+    /// A round trip to the server (an empty query) before every reuse.
+    Verified,
+}
+
+impl RecycleCheck {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RecycleCheck::Fast => "fast",
+            RecycleCheck::Verified => "verified",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<RecycleCheck> {
+        match text {
+            "fast" => Some(RecycleCheck::Fast),
+            "verified" => Some(RecycleCheck::Verified),
+            _ => None,
+        }
+    }
 }
 
 impl Default for PoolSettings {
@@ -31,6 +62,8 @@ impl Default for PoolSettings {
             max_idle_per_host: 32,
             idle_timeout: Duration::from_millis(90_000),
             max_size: 4,
+            connect_timeout: Duration::from_millis(5000),
+            recycle: RecycleCheck::Fast,
         }
     }
 }
@@ -103,6 +136,7 @@ pub(crate) enum Implementation {
     Http(http::HttpProvider),
     Sqlite(sqlite::SqliteProvider),
     Rest(rest::RestProvider),
+    Postgres(postgres::PostgresProvider),
 }
 
 /// What a readiness probe learned.
@@ -118,6 +152,7 @@ impl Implementation {
             Implementation::Http(_) => "http",
             Implementation::Sqlite(_) => "sqlite",
             Implementation::Rest(_) => "rest",
+            Implementation::Postgres(_) => "postgres",
         }
     }
 
@@ -126,6 +161,7 @@ impl Implementation {
             Implementation::Http(provider) => provider.lookup(call).await,
             Implementation::Sqlite(provider) => provider.lookup(call).await,
             Implementation::Rest(provider) => provider.lookup(call).await,
+            Implementation::Postgres(provider) => provider.lookup(call).await,
         }
     }
 
@@ -150,13 +186,22 @@ impl Implementation {
                 .probe(deadline)
                 .await
                 .map(|()| ProbeReport { version: None }),
+            Implementation::Postgres(provider) => {
+                match tokio::time::timeout_at(deadline, provider.check()).await {
+                    Ok(Ok(())) => Ok(ProbeReport { version: None }),
+                    Ok(Err(problem)) => Err(problem),
+                    Err(_) => Err("TIMEOUT".to_owned()),
+                }
+            }
         }
     }
 
     /// Releases pooled connections (ordered shutdown).
     pub(crate) fn close(&self) {
-        if let Implementation::Sqlite(provider) = self {
-            provider.close();
+        match self {
+            Implementation::Sqlite(provider) => provider.close(),
+            Implementation::Postgres(provider) => provider.close(),
+            Implementation::Http(_) | Implementation::Rest(_) => {}
         }
     }
 }

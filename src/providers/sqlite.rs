@@ -704,7 +704,7 @@ fn json_len(item: &Item) -> usize {
 }
 
 /// Unix seconds as an RFC 3339 UTC timestamp, for years 0000 to 9999.
-fn rfc3339_utc(seconds: i64) -> Option<String> {
+pub(crate) fn rfc3339_utc(seconds: i64) -> Option<String> {
     let days = seconds.div_euclid(86_400);
     let second_of_day = seconds.rem_euclid(86_400);
     let (year, month, day) = civil_from_days(days);

@@ -18,11 +18,16 @@ pub(crate) enum LogFormat {
 }
 
 /// Installs the global subscriber: `format` lines on standard error, the level from
-/// `CTXD_LOG` (default `info`). Text is coloured only when standard error is a terminal
+/// `CTXD_LOG` (default `info`; the PostgreSQL driver at `warn` at most). Text is coloured only when standard error is a terminal
 /// and `NO_COLOR` is unset or empty, so files and pipes never receive escape codes. Safe
 /// to call more than once (later calls do nothing).
 pub(crate) fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_env("CTXD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let mut filter = EnvFilter::try_from_env("CTXD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // The PostgreSQL driver logs statements with their parameters (lookup values) at
+    // debug and server notices at info: whatever CTXD_LOG says, only its warnings pass.
+    if let Ok(directive) = "tokio_postgres=warn".parse() {
+        filter = filter.add_directive(directive);
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -12,6 +12,7 @@ mod cli_validate;
 mod handles;
 mod http_provider;
 mod metrics;
+mod postgres_provider;
 mod prometheus;
 mod provenance;
 mod provider_server;

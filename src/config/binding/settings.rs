@@ -4,9 +4,9 @@
 
 use super::{CacheSettings, CircuitSettings, DEFAULT_RETENTION_TTL, DEFAULT_TIMEOUT_MS, Retention};
 use crate::config::field_path;
-use crate::providers::PoolSettings;
 use crate::providers::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
 use crate::providers::redact::SecretHandling;
+use crate::providers::{PoolSettings, RecycleCheck};
 use crate::validation::Problems;
 use serde::Deserialize;
 use std::time::Duration;
@@ -38,6 +38,8 @@ struct RawPool {
     max_idle_per_host: Option<i64>,
     idle_timeout_ms: Option<i64>,
     max_size: Option<i64>,
+    connect_timeout_ms: Option<i64>,
+    recycle: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -68,6 +70,8 @@ pub(super) struct Partial {
     max_idle_per_host: Option<usize>,
     idle_timeout_ms: Option<u64>,
     max_size: Option<usize>,
+    connect_timeout_ms: Option<u64>,
+    recycle: Option<RecycleCheck>,
     failure_rate: Option<f64>,
     min_calls: Option<u32>,
     window: Option<u32>,
@@ -137,6 +141,24 @@ pub(super) fn check_settings(problems: &mut Problems, path: &str, raw: RawSettin
         )
         .map(|v| v as u64),
         max_size: int(problems, "pool.max_size", raw.pool.max_size, 1, 64).map(|v| v as usize),
+        connect_timeout_ms: int(
+            problems,
+            "pool.connect_timeout_ms",
+            raw.pool.connect_timeout_ms,
+            min_timeout,
+            60_000,
+        )
+        .map(|v| v as u64),
+        recycle: raw.pool.recycle.as_deref().and_then(|text| {
+            let check = RecycleCheck::parse(text);
+            if check.is_none() {
+                problems.add(
+                    &at("pool.recycle"),
+                    format!("{text:?} is not a recycle check: use \"fast\" or \"verified\""),
+                );
+            }
+            check
+        }),
         failure_rate,
         min_calls: int(
             problems,
@@ -250,6 +272,11 @@ pub(super) fn merge(own: &Partial, defaults: &Partial) -> Merged {
                 .or(defaults.idle_timeout_ms)
                 .map_or(pool.idle_timeout, millis),
             max_size: pick!(max_size, pool.max_size),
+            connect_timeout: own
+                .connect_timeout_ms
+                .or(defaults.connect_timeout_ms)
+                .map_or(pool.connect_timeout, millis),
+            recycle: pick!(recycle, pool.recycle),
         },
         circuit: CircuitSettings {
             failure_rate: pick!(failure_rate, circuit.failure_rate),
