@@ -15,6 +15,8 @@ pub struct TenantSpec {
     pub id: &'static str,
     pub key: &'static str,
     pub max_in_flight: usize,
+    /// The tenant's own `trace_keep`, if any.
+    pub trace_keep: Option<&'static str>,
     /// `(project JSON, binding TOML)` pairs.
     pub projects: Vec<(String, String)>,
 }
@@ -25,6 +27,7 @@ impl TenantSpec {
             id,
             key,
             max_in_flight: 64,
+            trace_keep: None,
             projects: vec![(project, binding)],
         }
     }
@@ -61,6 +64,9 @@ impl Deployment {
                 "\n[[tenants]]\nid = \"{}\"\napi_key_sha256 = \"{hash}\"\nmax_in_flight = {}\n",
                 tenant.id, tenant.max_in_flight
             ));
+            if let Some(keep) = tenant.trace_keep {
+                config.push_str(&format!("trace_keep = {keep:?}\n"));
+            }
             for (i, (project, binding)) in tenant.projects.iter().enumerate() {
                 let project_file = format!("{}-project-{i}.json", tenant.id);
                 let binding_file = format!("{}-binding-{i}.toml", tenant.id);
