@@ -16,6 +16,7 @@ mod provenance;
 mod provider_server;
 mod readme_demo;
 mod redaction;
+mod secret_corpus;
 mod serve;
 mod server;
 mod sqlite_bounds;
