@@ -94,7 +94,7 @@ pub struct SecretMatch {
 
 /// How far past a keyword a windowed (not anchored) search looks at first; a match
 /// reaching the window's end is searched again to the end of the text.
-const WINDOW_AFTER: usize = 512;
+const WINDOW_AFTER: usize = 256;
 
 /// A rule's compiled pattern and the slots of its named groups.
 struct Compiled {
@@ -675,6 +675,14 @@ mod tests {
             "tags": ["token", "secret", 42, 1.5, false, null],
         });
         assert_eq!(scan_json(&clean), None);
+    }
+
+    #[test]
+    fn every_detector_is_in_the_module_table() {
+        let table = include_str!("mod.rs");
+        for name in detector_names() {
+            assert!(table.contains(&format!("`{name}`")), "{name} is documented");
+        }
     }
 
     #[test]
