@@ -193,6 +193,18 @@ const KEY_QUALIFIERS: &[&str] = &[
     "server",
 ];
 
+/// Words before `token` that make it a cursor (`next_page_token`), not a credential.
+const CURSOR_QUALIFIERS: &[&str] = &[
+    "page",
+    "next",
+    "continuation",
+    "sync",
+    "resume",
+    "pagination",
+    "cursor",
+    "idempotency",
+];
+
 /// The kind an assignment to `key` reports when its key names a credential:
 /// `password_assignment` for passwords, `generic_api_key_assignment` for keys, secrets,
 /// tokens and credentials; `None` for any other key (`token_type`, `secret_name`,
@@ -217,6 +229,15 @@ pub(super) fn credential_key_kind(key: &str) -> Option<&'static str> {
         || matches!(last, "pass" | "pwd")
     {
         return Some("password_assignment");
+    }
+    // Pagination and sync cursors are called tokens but open nothing.
+    if last.ends_with("token")
+        && (previous.is_some_and(|p| CURSOR_QUALIFIERS.contains(&p))
+            || ["pagetoken", "nexttoken", "synctoken"]
+                .iter()
+                .any(|w| last.ends_with(w)))
+    {
+        return None;
     }
     let generic = last.ends_with("secret")
         || last.ends_with("token")

@@ -24,7 +24,7 @@
 //! | `google_api_key`, `gcp_oauth_client_secret`, `google_oauth_access_token` | `AIza` + 35; `GOCSPX-`; `ya29.` |
 //! | `anthropic_key`, `openai_key`, `openrouter_api_key` | `sk-ant-…`; `sk-proj-`/`sk-svcacct-`/`sk-admin-`, `sk-` + 20 alphanumerics; `sk-or-v1-` |
 //! | `groq_api_key`, `replicate_token`, `perplexity_api_key`, `xai_api_key`, `langsmith_api_key`, `pinecone_api_key`, `huggingface_token` | `gsk_`, `r8_`, `pplx-`, `xai-`, `lsv2_pt_`/`lsv2_sk_`, `pcsk_`, `hf_`/`api_org_` |
-//! | `npm_token`, `pypi_token`, `rubygems_api_key`, `nuget_api_key`, `crates_io_token`, `docker_hub_token`, `artifactory_token`, `clojars_token` | `npm_`, `pypi-AgE…`, `rubygems_`, `oy2…`, `cio…`, `dckr_pat_`/`dckr_oat_`, `AKCp…`/`cmVmdGtu…`, `CLOJARS_` |
+//! | `npm_token`, `pypi_token`, `rubygems_api_key`, `nuget_api_key`, `crates_io_token`, `docker_hub_token`, `artifactory_token`, `clojars_token` | `npm_` and `.npmrc`'s `_authToken=`/`_auth=`/`_password=`, `pypi-AgE…`, `rubygems_`, `oy2…`, `cio…`, `dckr_pat_`/`dckr_oat_`, `AKCp…`/`cmVmdGtu…`, `CLOJARS_` |
 //! | `jwt` | three base64url segments, the first two starting with `eyJ` |
 //! | `azure_storage_key`, `azure_sas_token`, `azure_client_secret`, `azure_devops_pat` | `AccountKey=`/`SharedAccessKey=` + base64; a SAS `sig=`; `…Q~…` client secrets; 84-character `…AZDO…` PATs |
 //! | `alibaba_access_key_id`, `tencent_secret_id`, `digitalocean_token`, `heroku_api_key`, `okta_api_token`, `databricks_token`, `terraform_cloud_token`, `pulumi_access_token`, `planetscale_token`, `supabase_token`, `mapbox_secret_token`, `netlify_token`, `fastly_api_token` | `LTAI`, `AKID`, `dop_v1_`/`doo_v1_`/`dor_v1_`, `HRKU-AA`, `SSWS 00…`, `dapi`, `….atlasv1.…`, `pul-`, `pscale_tkn_`/`pscale_pw_`, `sbp_`/`sb_secret_`, `sk.eyJ…`, `nfp_`, `Fastly-Key:` |
@@ -57,7 +57,7 @@ use aho_corasick::{AhoCorasick, AhoCorasickKind};
 use regex_automata::meta::Regex;
 use regex_automata::util::captures::Captures;
 use regex_automata::{Anchored, Input};
-use rules::{CREDENTIAL_WORDS, Check, RULES, Rule};
+use rules::{CREDENTIAL_WORDS, Check, Precheck, RULES, Rule};
 use serde_json::Value;
 use std::fmt;
 use std::ops::Range;
@@ -169,7 +169,14 @@ impl Scanner {
         let mut hits: Vec<(usize, usize, usize)> = Vec::new();
         for hit in self.keywords.find_overlapping_iter(text) {
             for &rule in &self.triggers[hit.pattern().as_usize()] {
-                hits.push((rule, hit.start(), hit.end()));
+                if worth_searching(
+                    text.as_bytes(),
+                    RULES[rule].before_search,
+                    hit.start(),
+                    hit.end(),
+                ) {
+                    hits.push((rule, hit.start(), hit.end()));
+                }
             }
         }
         let mut found = Vec::new();
@@ -232,6 +239,40 @@ impl Scanner {
             at = next;
         }
         found
+    }
+}
+
+/// Whether a rule's pattern can match at the keyword found at `start..end` (see
+/// [`Precheck`]).
+fn worth_searching(text: &[u8], precheck: Precheck, start: usize, end: usize) -> bool {
+    let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    match precheck {
+        Precheck::None => true,
+        Precheck::WordStart => start == 0 || !is_word(text[start - 1]),
+        Precheck::OperatorAfter => {
+            let mut at = end;
+            let key_end = (end + 24).min(text.len());
+            while at < key_end && (is_word(text[at]) || matches!(text[at], b'.' | b'-')) {
+                at += 1;
+            }
+            if at < text.len() && matches!(text[at], b'"' | b'\'') {
+                at += 1;
+            }
+            let spaces_end = (at + 4).min(text.len());
+            while at < spaces_end && matches!(text[at], b' ' | b'\t') {
+                at += 1;
+            }
+            at < text.len() && matches!(text[at], b'=' | b':')
+        }
+        Precheck::AtSignAfter => text[end..]
+            .iter()
+            .take(512)
+            .find(|&&b| {
+                b == b'@'
+                    || b.is_ascii_whitespace()
+                    || matches!(b, b'/' | b'?' | b'#' | b'"' | b'\'' | b'<' | b'>')
+            })
+            .is_some_and(|&b| b == b'@'),
     }
 }
 
@@ -311,7 +352,16 @@ fn accept(
         Check::Password => (!checks::is_placeholder_password(secret)).then_some((rule.name, range)),
         Check::Generated => checks::looks_generated(secret).then_some((rule.name, range)),
         Check::Assignment => {
-            let key = &text[captures.get_group(compiled.key_group?)?.range()];
+            let key_range = captures.get_group(compiled.key_group?)?.range();
+            // A key inside a value (`arn:aws:…:secret:prod/db`, `a=b=c`) is no key.
+            if text[..key_range.start]
+                .bytes()
+                .next_back()
+                .is_some_and(|b| matches!(b, b':' | b'/' | b'=' | b'@'))
+            {
+                return None;
+            }
+            let key = &text[key_range];
             let kind = checks::credential_key_kind(key)?;
             checks::looks_generated(secret).then_some((kind, range))
         }
@@ -675,6 +725,65 @@ mod tests {
             "tags": ["token", "secret", 42, 1.5, false, null],
         });
         assert_eq!(scan_json(&clean), None);
+    }
+
+    /// Fragments that arbitrary texts are built of: token prefixes, key markers,
+    /// assignments, URL pieces, base64 runs, line breaks and multibyte characters.
+    const FRAGMENTS: &[&str] = &[
+        "ghp_",
+        "AKIA",
+        "sk-",
+        "xoxb-",
+        "eyJ",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "-----END RSA PRIVATE KEY-----",
+        "PuTTY-User-Key-File-3: ssh-rsa\nPrivate-Lines: 2\n",
+        "Private-MAC: ab",
+        "password",
+        "=",
+        ": ",
+        "\"",
+        "://",
+        "u:p@",
+        "@",
+        "/",
+        "\n",
+        "\\n",
+        "\r\n",
+        " ",
+        "é",
+        "€",
+        "😀",
+        "Q~",
+        ":AA",
+        "sig=",
+        "Bearer ",
+        "Authorization: ",
+        "MIIEowIBAAKCAQEA",
+        "aB3dE5fG7hJ9kL1mN3pQ",
+        "0123456789abcdef",
+        "-us1",
+        "NRAL",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
+        #[test]
+        fn matches_are_ordered_disjoint_char_aligned_and_agree_with_scan(
+            picks in proptest::collection::vec(0..FRAGMENTS.len(), 0..40)
+        ) {
+            let text: String = picks.iter().map(|&i| FRAGMENTS[i]).collect();
+            let found: Vec<SecretMatch> = scan_all(&text).collect();
+            let mut previous_end = 0;
+            for found in &found {
+                proptest::prop_assert!(found.range.start >= previous_end);
+                proptest::prop_assert!(found.range.start < found.range.end);
+                proptest::prop_assert!(text.is_char_boundary(found.range.start));
+                proptest::prop_assert!(text.is_char_boundary(found.range.end));
+                previous_end = found.range.end;
+            }
+            proptest::prop_assert_eq!(scan(&text).is_some(), !found.is_empty());
+        }
     }
 
     #[test]

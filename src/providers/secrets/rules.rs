@@ -43,6 +43,24 @@ pub(super) struct Rule {
     /// The regex; a group named `s`, when present, is the secret's range.
     pub(super) pattern: &'static str,
     pub(super) check: Check,
+    /// A cheap test at a keyword before any pattern runs there.
+    pub(super) before_search: Precheck,
+}
+
+/// A cheap test of the text at a keyword that rules out most places where a rule's
+/// pattern cannot match, so that common words (`key`, `token`, `://`) cost little.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Precheck {
+    /// None: the pattern runs at every keyword.
+    None,
+    /// The keyword starts a word (the pattern starts with a word boundary).
+    WordStart,
+    /// An assignment operator (`=`, `:`) follows the keyword within the key's end, a
+    /// quote and a few spaces (`password=`, `"apiKey": `, `secret_access_key = `).
+    OperatorAfter,
+    /// An `@` follows the keyword before a space, quote, `/`, `?` or `#` (the
+    /// credentials part of `scheme://user:password@host`).
+    AtSignAfter,
 }
 
 const fn at(
@@ -58,6 +76,11 @@ const fn at(
         before: 0,
         pattern,
         check,
+        before_search: if starts_with_word_boundary(pattern) {
+            Precheck::WordStart
+        } else {
+            Precheck::None
+        },
     }
 }
 
@@ -75,6 +98,33 @@ const fn near(
         before,
         pattern,
         check,
+        before_search: Precheck::None,
+    }
+}
+
+/// Whether `pattern` starts with an ASCII word boundary, `(?-u:\b)`.
+const fn starts_with_word_boundary(pattern: &str) -> bool {
+    let (bytes, prefix) = (pattern.as_bytes(), b"(?-u:\\b)");
+    if bytes.len() < prefix.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < prefix.len() {
+        if bytes[i] != prefix[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+impl Rule {
+    /// This rule with `precheck` at its keywords.
+    const fn checked_first(self, precheck: Precheck) -> Rule {
+        Rule {
+            before_search: precheck,
+            ..self
+        }
     }
 }
 
@@ -114,7 +164,8 @@ pub(super) const RULES: &[Rule] = &[
         32,
         r#"(?i:aws[_.-]?secret(?:[_.-]?access)?(?:[_.-]?key)?|secret[_.-]?access[_.-]?key)["']?\s*(?:=>|:=|[:=])\s*["']?(?P<s>[A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|$)"#,
         Token,
-    ),
+    )
+    .checked_first(Precheck::OperatorAfter),
     at(
         "aws_session_token",
         &["IQoJb3JpZ2luX2Vj", "FwoGZXIvYXdzE"],
@@ -217,6 +268,12 @@ pub(super) const RULES: &[Rule] = &[
         "npm_token",
         &["npm_"],
         r"(?-u:\b)npm_[A-Za-z0-9]{36}(?-u:\b)",
+        Token,
+    ),
+    at(
+        "npm_token",
+        &["_authToken", "_auth", "_password"],
+        r#"_auth(?:Token)?\s*=\s*["']?(?P<s>[A-Za-z0-9+/=_.-]{16,})|_password\s*=\s*["']?(?P<j>[A-Za-z0-9+/=]{8,})"#,
         Token,
     ),
     at(
@@ -779,7 +836,8 @@ pub(super) const RULES: &[Rule] = &[
         32,
         r#"(?-u:\b)[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@"'<>]*:(?P<s>[^\s/?#@"'<>]+)@[A-Za-z0-9\[._-]"#,
         Password,
-    ),
+    )
+    .checked_first(Precheck::AtSignAfter),
     near(
         "connection_string_password",
         &[
@@ -814,5 +872,6 @@ pub(super) const RULES: &[Rule] = &[
         64,
         r#"(?P<k>[A-Za-z0-9_.-]{1,64})["']?[ \t]*(?:=>|:=|[:=])[ \t]*["']?(?P<s>[^\s"'`,;<>{}()\[\]]{8,})"#,
         Assignment,
-    ),
+    )
+    .checked_first(Precheck::OperatorAfter),
 ];

@@ -1149,7 +1149,7 @@ fn conn(r: &mut Rng, scheme: &str, rest: &str) -> Shape {
 /// Places a bare token in context number `which` (of the shared contexts).
 pub(crate) fn in_context(var: &str, secret: &str, which: usize, r: &mut Rng) -> String {
     let lower = var.to_lowercase();
-    match which % 8 {
+    match which % 12 {
         0 => format!("export {var}={secret}"),
         1 => format!("[deploy]\n{lower} = \"{secret}\"\ntimeout = 30"),
         2 => format!("env:\n  - name: {var}\n    value: {secret}\n"),
@@ -1163,6 +1163,10 @@ pub(crate) fn in_context(var: &str, secret: &str, which: usize, r: &mut Rng) -> 
         ),
         5 => format!("hey, the build is broken again, try {secret} until I rotate it"),
         6 => format!("client = Client(\"{secret}\", timeout=10)"),
-        _ => format!("| {lower} | {secret} | prod |"),
+        7 => format!("| {lower} | {secret} | prod |"),
+        8 => format!("Set `{var}` to `{secret}` in the CI settings."),
+        9 => format!("curl 'https://api.example.com/v1/items?key={secret}&page=2'"),
+        10 => format!("The new one is {secret}. Please rotate the old one."),
+        _ => format!("settings = {{'{lower}': '{secret}', 'debug': False}}"),
     }
 }

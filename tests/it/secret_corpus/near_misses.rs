@@ -519,6 +519,71 @@ pub(crate) const NEAR_MISSES: &[(&str, MakeNearMiss)] = &[
     ("random_hex_in_non_secret_key", |r| {
         format!("build_id={} cache_key={}", r.hex(32), r.hex(40))
     }),
+    ("pagination_tokens", |r| {
+        format!(
+            "{{\"items\": [], \"nextPageToken\": \"{}\", \"continuation_token\": \"{}\"}}",
+            r.b64(32),
+            r.b64url(40)
+        )
+    }),
+    ("credential_metadata_keys", |r| {
+        format!(
+            "{{\"private_key_id\": \"{}\", \"secretArn\": \"arn:aws:secretsmanager:eu-west-1:{}:secret:prod/db-{}\", \"client_secret_expires_at\": 0, \"publicKey\": \"{}\"}}",
+            r.hex(40),
+            r.digits(12),
+            r.alnum(6),
+            r.b64(44)
+        )
+    }),
+    ("password_hash", |r| {
+        format!(
+            "password_hash: \"$2b$12${}\"",
+            r.chars(
+                "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+                53
+            )
+        )
+    }),
+    ("password_policy", |_| {
+        "PASSWORD_PATTERN = \"^(?=.*[A-Z])(?=.*[0-9]).{12,}$\"\npassword_min_length = 12".to_owned()
+    }),
+    ("code_calls", |r| {
+        format!(
+            "{} = {}",
+            r.pick(&["token", "secret", "api_key"]),
+            r.pick(&[
+                "generate_token(32)",
+                "hmac.new(key, msg, sha256)",
+                "os.Getenv(\"TOKEN\")",
+                "secrets.token_hex(16)",
+                "read_secret(path)"
+            ])
+        )
+    }),
+    ("go_env_lookup", |_| {
+        "token := os.Getenv(\"GITHUB_TOKEN\")\nsecret := viper.GetString(\"app.secret\")".to_owned()
+    }),
+    ("templated_secret", |r| {
+        format!(
+            "password: \"{{{{ vault_{}_password }}}}\"",
+            r.pick(&["db", "redis", "admin"])
+        )
+    }),
+    ("markdown_param_table", |_| {
+        "| name | type | description |\n|---|---|---|\n| password | string | The user's password |\n| token | string | A session token |".to_owned()
+    }),
+    ("react_keys", |r| {
+        format!(
+            "<li key={{\"item-{}\"}} className=\"sk-fading-circle\">",
+            r.hex(8)
+        )
+    }),
+    ("long_uppercase_with_akia", |r| {
+        format!("SERIAL=AKIA{}", r.upper_alnum(20))
+    }),
+    ("kubernetes_secret_ref", |_| {
+        "secretKeyRef:\n  name: db-credentials\n  key: password\nsecretName: tls-cert".to_owned()
+    }),
     ("base32_otp_prose", |_| {
         "Scan the QR code with your authenticator app to enable two-factor login.".to_owned()
     }),
