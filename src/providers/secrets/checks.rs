@@ -279,22 +279,23 @@ fn after_break(text: &str, at: usize) -> Option<usize> {
 
 /// Where the line starting at `from` ends (the next line break, or the text's end).
 fn line_end(text: &str, from: usize) -> usize {
-    let rest = &text[from..];
-    let newline = rest.find('\n').map(|i| {
-        if i > 0 && rest.as_bytes()[i - 1] == b'\r' {
-            i - 1
-        } else {
-            i
+    let bytes = text.as_bytes();
+    let mut at = from;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'\n' if at > from && bytes[at - 1] == b'\r' => return at - 1,
+            b'\n' => return at,
+            b'\\' if bytes.get(at + 1) == Some(&b'n') => {
+                return if at >= from + 2 && &bytes[at - 2..at] == b"\\r" {
+                    at - 2
+                } else {
+                    at
+                };
+            }
+            _ => at += 1,
         }
-    });
-    let escaped = rest
-        .find("\\n")
-        .map(|i| if rest[..i].ends_with("\\r") { i - 2 } else { i });
-    from + match (newline, escaped) {
-        (Some(a), Some(b)) => a.min(b),
-        (Some(a), None) | (None, Some(a)) => a,
-        (None, None) => rest.len(),
     }
+    bytes.len()
 }
 
 fn is_base64_line(line: &str) -> bool {

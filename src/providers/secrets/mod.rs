@@ -203,8 +203,12 @@ impl Scanner {
             if rule.anchored {
                 let mut searched_to = 0;
                 while next < hits.len() && hits[next].0 == rule_index {
-                    let start = hits[next].1;
+                    let (_, start, end) = hits[next];
                     next += 1;
+                    let start = match rule.before_search {
+                        Precheck::CredentialKey => key_around(text.as_bytes(), start, end).0,
+                        _ => start,
+                    };
                     if start < searched_to {
                         continue;
                     }
@@ -249,20 +253,18 @@ fn worth_searching(text: &[u8], precheck: Precheck, start: usize, end: usize) ->
     match precheck {
         Precheck::None => true,
         Precheck::WordStart => start == 0 || !is_word(text[start - 1]),
+        Precheck::CredentialKey => {
+            let (key_start, key_end) = key_around(text, start, end);
+            let inside_a_value =
+                key_start > 0 && matches!(text[key_start - 1], b':' | b'/' | b'=' | b'@');
+            !inside_a_value
+                && operator_at(text, key_end)
+                && std::str::from_utf8(&text[key_start..key_end])
+                    .is_ok_and(|key| checks::credential_key_kind(key).is_some())
+        }
         Precheck::OperatorAfter => {
-            let mut at = end;
-            let key_end = (end + 24).min(text.len());
-            while at < key_end && (is_word(text[at]) || matches!(text[at], b'.' | b'-')) {
-                at += 1;
-            }
-            if at < text.len() && matches!(text[at], b'"' | b'\'') {
-                at += 1;
-            }
-            let spaces_end = (at + 4).min(text.len());
-            while at < spaces_end && matches!(text[at], b' ' | b'\t') {
-                at += 1;
-            }
-            at < text.len() && matches!(text[at], b'=' | b':')
+            let (_, key_end) = key_around(text, start, end);
+            operator_at(text, key_end)
         }
         Precheck::AtSignAfter => text[end..]
             .iter()
@@ -274,6 +276,35 @@ fn worth_searching(text: &[u8], precheck: Precheck, start: usize, end: usize) ->
             })
             .is_some_and(|&b| b == b'@'),
     }
+}
+
+/// The key around a keyword at `start..end`: key characters (`[A-Za-z0-9_.-]`) up to
+/// 64 bytes before it and 24 after it.
+fn key_around(text: &[u8], start: usize, end: usize) -> (usize, usize) {
+    let is_key = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-');
+    let mut key_start = start;
+    while key_start > start.saturating_sub(64) && is_key(text[key_start - 1]) {
+        key_start -= 1;
+    }
+    let mut key_end = end;
+    let limit = (end + 24).min(text.len());
+    while key_end < limit && is_key(text[key_end]) {
+        key_end += 1;
+    }
+    (key_start, key_end)
+}
+
+/// Whether an assignment operator (`=`, `:`, `=>`, `:=`) follows a key ending at `at`,
+/// after an optional closing quote and a few spaces.
+fn operator_at(text: &[u8], mut at: usize) -> bool {
+    if at < text.len() && matches!(text[at], b'"' | b'\'') {
+        at += 1;
+    }
+    let spaces_end = (at + 4).min(text.len());
+    while at < spaces_end && matches!(text[at], b' ' | b'\t') {
+        at += 1;
+    }
+    at < text.len() && matches!(text[at], b'=' | b':')
 }
 
 /// Every match of a windowed rule in `window`, checked, into `found`. A match that
@@ -308,8 +339,8 @@ fn search_window(
         }
         match accept(text, rule, compiled, captures) {
             Some((kind, range)) => {
+                from = whole.end().max(range.end).max(whole.start() + 1);
                 found.push((rule_index, kind, range));
-                from = whole.end().max(whole.start() + 1);
             }
             None => {
                 let secret_start = compiled
@@ -363,7 +394,13 @@ fn accept(
             }
             let key = &text[key_range];
             let kind = checks::credential_key_kind(key)?;
-            checks::looks_generated(secret).then_some((kind, range))
+            // The pattern stops a value at 256 characters (so that a run of failing
+            // pairs costs linear time); an accepted one extends to its real end.
+            let end = range.end
+                + text[range.end..]
+                    .find(|c: char| c.is_whitespace() || "\"'`,;<>{}()[]".contains(c))
+                    .unwrap_or(text.len() - range.end);
+            checks::looks_generated(secret).then_some((kind, range.start..end))
         }
         Check::KeyBlock => checks::key_block(text, whole).map(|range| (rule.name, range)),
         Check::PuttyBlock => checks::putty_block(text, whole).map(|range| (rule.name, range)),
@@ -783,6 +820,45 @@ mod tests {
                 previous_end = found.range.end;
             }
             proptest::prop_assert_eq!(scan(&text).is_some(), !found.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_long_assigned_value_is_covered_to_its_end() {
+        let value = "aB3dE5fG7hJ9kL1mN3pQ".repeat(40);
+        let text = format!("GOOGLE_CREDENTIALS={value} next");
+        let found: Vec<SecretMatch> = scan_all(&text).collect();
+        assert_eq!(found.len(), 1);
+        assert_eq!(&text[found[0].range.clone()], value);
+    }
+
+    #[test]
+    #[ignore = "timing: run by hand in release"]
+    fn repeated_keywords_scan_in_linear_time() {
+        let _ = scan("warm up");
+        for unit in [
+            "token=",
+            "a://b:c@",
+            "password: x ",
+            "-----BEGIN PRIVATE KEY-----\n",
+            "ghp_",
+            "key=",
+            "?sig=",
+            "1Q~",
+            "12345678:AA",
+            "eyJ.",
+            "Bearer ",
+            "xoxb-",
+        ] {
+            let time = |n: usize| {
+                let text = unit.repeat(n);
+                let started = std::time::Instant::now();
+                let _ = scan_all(&text).count();
+                started.elapsed()
+            };
+            let (small, large) = (time(10_000), time(40_000));
+            println!("{unit:?}: {small:?} → {large:?}");
+            assert!(large < small * 12, "{unit:?}: {small:?} → {large:?}");
         }
     }
 

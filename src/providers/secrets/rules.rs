@@ -58,6 +58,10 @@ pub(super) enum Precheck {
     /// An assignment operator (`=`, `:`) follows the keyword within the key's end, a
     /// quote and a few spaces (`password=`, `"apiKey": `, `secret_access_key = `).
     OperatorAfter,
+    /// The word around the keyword is a key that names a credential (see
+    /// `checks::credential_key_kind`) and an assignment operator follows it; the
+    /// pattern is then tried once, anchored at the key's start.
+    CredentialKey,
     /// An `@` follows the keyword before a space, quote, `/`, `?` or `#` (the
     /// credentials part of `scheme://user:password@host`).
     AtSignAfter,
@@ -834,7 +838,7 @@ pub(super) const RULES: &[Rule] = &[
         "connection_string_password",
         &["://"],
         32,
-        r#"(?-u:\b)[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@"'<>]*:(?P<s>[^\s/?#@"'<>]+)@[A-Za-z0-9\[._-]"#,
+        r#"(?-u:\b)[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s:/?#@"'<>]{0,128}:(?P<s>[^\s/?#@"'<>]{1,256})@[A-Za-z0-9\[._-]"#,
         Password,
     )
     .checked_first(Precheck::AtSignAfter),
@@ -866,12 +870,11 @@ pub(super) const RULES: &[Rule] = &[
         r#"(?i:(?-u:\b)authorization)["']?\s*[:=]\s*["']?(?i:basic)\s+(?P<s>[A-Za-z0-9+/]{8,}={0,2})"#,
         Generated,
     ),
-    near(
+    at(
         "generic_api_key_assignment",
         &[],
-        64,
-        r#"(?P<k>[A-Za-z0-9_.-]{1,64})["']?[ \t]*(?:=>|:=|[:=])[ \t]*["']?(?P<s>[^\s"'`,;<>{}()\[\]]{8,})"#,
+        r#"(?P<k>[A-Za-z0-9_.-]{1,64})["']?[ \t]*(?:=>|:=|[:=])[ \t]*["']?(?P<s>[^\s"'`,;<>{}()\[\]]{8,256})"#,
         Assignment,
     )
-    .checked_first(Precheck::OperatorAfter),
+    .checked_first(Precheck::CredentialKey),
 ];
