@@ -108,7 +108,7 @@ impl Rng {
     }
 }
 
-/// RFC 4648 base64 (`url`: the URL-safe alphabet, no padding).
+/// RFC 4648 base64, with `=` padding when `padded`.
 pub(crate) fn base64(bytes: &[u8], padded: bool) -> String {
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
