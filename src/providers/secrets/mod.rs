@@ -14,7 +14,7 @@
 //! |------|-----------------|
 //! | `private_key` | a PEM/OpenSSH/PGP/SSH2 `BEGIN … PRIVATE KEY` block with a body (through its `END` line), a PuTTY key file; also inside JSON strings (`\n` escapes, e.g. a GCP service-account file) |
 //! | `aws_access_key_id` | `AKIA`/`ASIA`/`AGPA`/`AIDA`/`AROA`/… + 16 uppercase alphanumerics |
-//! | `aws_secret_access_key` | an `aws_secret[_access]_key`/`SecretAccessKey` assignment of 40 base64 characters |
+//! | `aws_secret_access_key` | an `aws_secret[_access]_key`/`SecretAccessKey` assignment of 40 base64 characters, or 40 base64 characters right after an access key id (`AKIA…,…` as in a credentials CSV) |
 //! | `aws_session_token` | an STS session token (`IQoJb3JpZ2luX2Vj…`, `FwoGZXIvYXdzE…`) |
 //! | `github_token` | `ghp_`/`gho_`/`ghu_`/`ghs_`/`ghr_` + 36 or more, `github_pat_` + 22 or more |
 //! | `gitlab_token` | `glpat-`, `gldt-`, `glrt-`, `glptt-`, `glcbt-`, `glft-`, `gloas-`, `glimt-`, `glagent-`, `glsoat-`, `glffct-`, `GR1348941` tokens |
@@ -38,6 +38,7 @@
 //! | `vault_token`, `doppler_token`, `onepassword_token`, `onepassword_secret_key`, `infisical_token`, `age_secret_key` | `hvs.`/`hvb.`, `dp.pt.`/`dp.st.`/…, `ops_eyJ…`, `A3-…`, `st.<uuid>.…`, `AGE-SECRET-KEY-1…` |
 //! | `twilio_api_key` | `SK` + 32 hex |
 //! | `connection_string_password` | `scheme://user:password@host` (PostgreSQL, MySQL, MongoDB(+srv), Redis, AMQP, HTTP basic, …) and `password=`/`pwd=` in a JDBC query or an ADO.NET string; the password is the match |
+//! | `netrc_password`, `docker_config_auth` | `machine … login … password <secret>` (`.netrc`); `"auth": "<base64 user:password>"` (Docker's `config.json`) |
 //! | `bearer_token`, `basic_auth_header` | `Authorization: Bearer <token>` (or `Bearer eyJ…`), `Authorization: Basic <base64>` |
 //! | `password_assignment`, `generic_api_key_assignment` | a key whose last word names a credential (`password`, `DB_PASS`, `secret`, `client_secret`, `token`, `apiKey`, `X-API-Key`, `SECRET_KEY`, …) assigned (`=`, `:`, `=>`, `:=`, JSON, YAML, headers) a value that looks generated: 8 or more characters, two character classes, entropy of 3 bits per character (2.75 below 12 characters), not a word with digits (`password123`), a reference (`${X}`, `os.environ`), a path, a URL or a variable's name |
 //!

@@ -171,6 +171,12 @@ pub(super) const RULES: &[Rule] = &[
     )
     .checked_first(Precheck::OperatorAfter),
     at(
+        "aws_secret_access_key",
+        &["AKIA", "ASIA"],
+        r#"(?-u:\b)(?:AKIA|ASIA)[A-Z0-9]{16}["']?[ \t]*[,;|\t:][ \t]*["']?(?P<s>[A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|$)"#,
+        Token,
+    ),
+    at(
         "aws_session_token",
         &["IQoJb3JpZ2luX2Vj", "FwoGZXIvYXdzE"],
         r"(?:IQoJb3JpZ2luX2Vj|FwoGZXIvYXdzE)[A-Za-z0-9/+=]{100,}",
@@ -855,6 +861,18 @@ pub(super) const RULES: &[Rule] = &[
         1,
         r#"[?&;](?i:password|pwd)\s*=\s*(?P<s>[^&;\s"'<>]+)"#,
         Password,
+    ),
+    at(
+        "netrc_password",
+        &["machine"],
+        r"(?-u:\b)machine[ \t]+\S+\s+login[ \t]+\S+\s+password[ \t]+(?P<s>\S+)",
+        Password,
+    ),
+    at(
+        "docker_config_auth",
+        &["\"auth\""],
+        r#""auth"\s*:\s*"(?P<s>[A-Za-z0-9+/]{8,}={0,2})""#,
+        Generated,
     ),
     near(
         "bearer_token",

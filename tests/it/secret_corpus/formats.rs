@@ -88,6 +88,29 @@ pub(crate) const FORMATS: &[(&str, MakeFormat)] = &[
         };
         framed(text, secret)
     }),
+    ("aws_credentials_csv", |r| {
+        let secret = r.b64(40);
+        let text = format!(
+            "User name,Password,Access key ID,Secret access key,Console login link\nci-deploy,,AKIA{},{secret},https://{}.signin.aws.amazon.com/console",
+            r.chars(BASE32, 16),
+            r.digits(12)
+        );
+        framed(text, secret)
+    }),
+    ("netrc_password", |r| {
+        let secret = password(r);
+        framed(
+            format!("machine api.github.com\n  login ci-bot\n  password {secret}\n"),
+            secret,
+        )
+    }),
+    ("docker_config_auth", |r| {
+        let secret = super::rng::base64(format!("deploy:{}", password(r)).as_bytes(), true);
+        framed(
+            format!("{{\"auths\": {{\"registry.example.com\": {{\"auth\": \"{secret}\"}}}}}}"),
+            secret,
+        )
+    }),
     ("aws_session_token", |r| {
         let secret = format!("IQoJb3JpZ2luX2Vj{}", r.b64(300));
         framed(format!("aws_session_token = {secret}"), secret)

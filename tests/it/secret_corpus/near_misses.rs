@@ -584,6 +584,19 @@ pub(crate) const NEAR_MISSES: &[(&str, MakeNearMiss)] = &[
     ("kubernetes_secret_ref", |_| {
         "secretKeyRef:\n  name: db-credentials\n  key: password\nsecretName: tls-cert".to_owned()
     }),
+    ("netrc_without_password", |_| {
+        "machine api.github.com\n  login ci-bot\n  password ${GITHUB_TOKEN}\nThe machine learning team owns it.".to_owned()
+    }),
+    ("docker_config_empty_auth", |_| {
+        "{\"auths\": {\"ghcr.io\": {\"auth\": \"\"}}, \"credsStore\": \"desktop\"}".to_owned()
+    }),
+    ("aws_key_id_and_account", |r| {
+        format!(
+            "AKIA{},{},eu-west-1",
+            r.chars(BASE32, 16).replace(['A', 'E', 'I'], "Z") + "EXAMPLE",
+            r.digits(12)
+        )
+    }),
     ("base32_otp_prose", |_| {
         "Scan the QR code with your authenticator app to enable two-factor login.".to_owned()
     }),
