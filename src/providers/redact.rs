@@ -3,14 +3,13 @@
 //! by `[REDACTED:<kind>]` (the detector's name); only kinds and counts are kept, never
 //! a secret.
 //!
-//! [`scan_all`] is the one place that locates secrets (kind and byte range). Every
-//! redaction goes through it, so a better detector changes them all at once.
+//! [`scan_all`] (the detector's own `secrets::scan_all`) is the one place that locates
+//! secrets (kind and byte range). Every redaction goes through it.
 
 use super::secrets;
 use crate::contract::{Item, RedactionCounts};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
-use std::ops::Range;
 
 /// What a provider answer with a detected secret gives (`secrets` in a binding).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -40,127 +39,14 @@ impl SecretHandling {
     }
 }
 
-/// One secret in a text: which detector found it, and where.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SecretMatch {
-    pub(crate) kind: &'static str,
-    pub(crate) range: Range<usize>,
-}
+pub(crate) use super::secrets::SecretMatch;
 
-/// Every secret in `text`, in order, without overlaps.
-///
-/// The detector (`secrets`) says whether a text holds a secret and which kind, not where.
-/// Until it reports ranges itself (`secrets::scan_all`, which this function then simply
-/// calls), ranges are found here with [`secrets::scan`] alone: the shortest prefix that
-/// holds a secret gives its end, the shortest tail of that prefix that still holds it
-/// gives its start, and the match is then widened over the characters a token is made of
-/// (a private key: to its `-----END …-----` line, or to the end of the text) so that no
-/// tail of a longer secret stays behind. Widening errs toward redacting too much. A text
-/// without secrets costs one scan.
-pub(crate) fn scan_all(text: &str) -> impl Iterator<Item = SecretMatch> + '_ {
-    let mut position = 0;
-    std::iter::from_fn(move || {
-        let rest = &text[position..];
-        secrets::scan(rest)?;
-        let end = shortest_prefix_with_secret(rest);
-        let start = shortest_tail_with_secret(&rest[..end]);
-        let kind = secrets::scan(&rest[start..end])
-            .or_else(|| secrets::scan(&rest[..end]))
-            .map_or("secret", |detector| detector.name());
-        let end = widen(rest, end, kind);
-        let found = SecretMatch {
-            kind,
-            range: position + start..position + end,
-        };
-        position += end;
-        Some(found)
-    })
-}
-
-/// Smallest `end` (a char boundary) with a secret in `text[..end]`; `text` holds one.
-/// Doubles the prefix until it holds one, then bisects the last step, so the cost grows
-/// with the distance to the secret, not with the length of the text.
-fn shortest_prefix_with_secret(text: &str) -> usize {
-    let holds = |end: usize| secrets::scan(&text[..end]).is_some();
-    let (mut without, mut length) = (0, 64);
-    let with = loop {
-        let end = text.ceil_char_boundary(length.min(text.len()));
-        if end == text.len() || holds(end) {
-            break end;
-        }
-        without = end;
-        length *= 2;
-    };
-    bisect(text, without, with, holds).1
-}
-
-/// Largest `start` (a char boundary) with a secret in `text[start..]`; `text` holds one.
-fn shortest_tail_with_secret(text: &str) -> usize {
-    let holds = |start: usize| secrets::scan(&text[start..]).is_some();
-    let (mut without, mut length) = (text.len(), 64);
-    let with = loop {
-        let start = text.floor_char_boundary(text.len().saturating_sub(length));
-        if start == 0 || holds(start) {
-            break start;
-        }
-        without = start;
-        length *= 2;
-    };
-    bisect(text, with, without, |start| !holds(start)).0
-}
-
-/// The adjacent char boundaries `(low, high)` in `[low, high]` where `turns` goes from
-/// false to true, given it is false at `low` and true at `high` (binary search).
-fn bisect(
-    text: &str,
-    mut low: usize,
-    mut high: usize,
-    turns: impl Fn(usize) -> bool,
-) -> (usize, usize) {
-    loop {
-        let mut middle = text.floor_char_boundary(low + (high - low) / 2);
-        if middle <= low {
-            middle = text.ceil_char_boundary(low + 1);
-        }
-        if middle >= high {
-            return (low, high);
-        }
-        if turns(middle) {
-            high = middle;
-        } else {
-            low = middle;
-        }
-    }
-}
-
-/// Whether `c` can be part of a token: anything but whitespace, quotes and the
-/// punctuation that ends a value in code, configs and prose.
-fn is_token_char(c: char) -> bool {
-    !c.is_whitespace()
-        && !matches!(
-            c,
-            '"' | '\'' | '`' | ',' | ';' | '<' | '>' | '{' | '}' | '(' | ')' | '[' | ']'
-        )
-}
-
-/// Where a secret of `kind` found to end at `end` really ends.
-fn widen(text: &str, end: usize, kind: &str) -> usize {
-    if kind == "private_key" {
-        const END_MARKER: &str = "-----END";
-        return match text[end..].find(END_MARKER) {
-            Some(at) => {
-                let after = end + at + END_MARKER.len();
-                text[after..]
-                    .find("-----")
-                    .map_or(text.len(), |close| after + close + "-----".len())
-            }
-            None => text.len(),
-        };
-    }
-    text[end..]
-        .char_indices()
-        .find(|&(_, c)| !is_token_char(c))
-        .map_or(text.len(), |(at, _)| end + at)
+/// Every secret in `text` (kind and byte range), in order, without overlaps: the
+/// detector's own [`secrets::scan_all`]. A private key's range runs through its `END`
+/// line; a password in a URL is the password alone. A text without secrets costs one
+/// keyword pass.
+pub(crate) fn scan_all(text: &str) -> impl Iterator<Item = SecretMatch> + use<> {
+    secrets::scan_all(text)
 }
 
 /// The marker that replaces a secret of `kind`.

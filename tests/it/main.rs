@@ -22,6 +22,7 @@ mod rest_cli;
 mod rest_example;
 mod rest_presets;
 mod rest_provider;
+mod secret_corpus;
 mod serve;
 mod server;
 mod sqlite_bounds;
