@@ -512,7 +512,7 @@ async fn a_mapped_item_over_64_kib_is_refused() {
 
 #[tokio::test]
 async fn an_aws_key_in_an_item_body_is_refused_or_redacted() {
-    let key = format!("{}{}", "AKIA", "Q3EXAMPLE7KEY2ZZ");
+    let key = format!("{}{}", "AKIA", "Q3RT7KWY2ZZW4N5P");
     let issue = json!({
         "number": 12, "title": "Deploy fails",
         "body": format!("Our CI uses {key} and it stopped working."),
