@@ -546,6 +546,9 @@ pub(crate) enum SetupError {
     Http(#[from] HttpSetupError),
     #[error(transparent)]
     Sqlite(#[from] SqliteSetupError),
+    /// The MCP token's env var (`auth_env`) is not set.
+    #[error("environment variable {0:?} is not set")]
+    McpTokenNotSet(String),
 }
 
 impl SetupError {
@@ -568,6 +571,9 @@ impl SetupError {
                 databases::at_key(provider, key, error.to_string())
             }
             SetupError::Sqlite(error) => databases::at_key(provider, error.key(), error.reason()),
+            SetupError::McpTokenNotSet(_) => {
+                databases::at_key(provider, "auth_env", self.to_string())
+            }
         }
     }
 }
@@ -598,6 +604,14 @@ pub(crate) async fn build_implementation(
         ProviderKind::Sqlite { database, query } => {
             let provider = SqliteProvider::open(database, query, &binding.pool).await?;
             Ok(Implementation::Sqlite(provider))
+        }
+        ProviderKind::Mcp(mcp) => {
+            let connection =
+                crate::providers::mcp::connection_for(mcp, |name| env.get(name).map(str::to_owned))
+                    .map_err(SetupError::McpTokenNotSet)?;
+            Ok(Implementation::Mcp(
+                crate::providers::mcp::McpProvider::new(&binding.id, mcp, connection),
+            ))
         }
     }
 }

@@ -17,6 +17,7 @@ pub(crate) mod detail {
     pub(crate) const CREDENTIAL_REFLECTED: &str = "CREDENTIAL_REFLECTED";
     pub(crate) const UNAUTHORIZED: &str = "UNAUTHORIZED";
     pub(crate) const CONNECT_FAILED: &str = "CONNECT_FAILED";
+    pub(crate) const TOOL_ERROR: &str = "TOOL_ERROR";
     pub(crate) const CONNECTION_RESET: &str = "CONNECTION_RESET";
     pub(crate) const RESPONSE_TOO_LARGE: &str = "RESPONSE_TOO_LARGE";
     pub(crate) const TOO_MANY_ITEMS: &str = "TOO_MANY_ITEMS";
@@ -91,6 +92,8 @@ pub enum Failure {
     LiveDependencyUnavailable,
     /// The deployment binds no implementation to the provider.
     NotBound,
+    /// An MCP server answered the call with an error (`isError`, or a JSON-RPC error).
+    ToolError,
     /// A failure as a fixture or a trace record states it. The status is never `OK` or
     /// `NOT_FOUND` (see [`Outcome::stated`]).
     Stated {
@@ -111,7 +114,8 @@ impl Failure {
             | Failure::Unauthorized
             | Failure::HttpStatus(_)
             | Failure::PoolClosed
-            | Failure::DatabaseError => S::Unavailable,
+            | Failure::DatabaseError
+            | Failure::ToolError => S::Unavailable,
             Failure::Deadline | Failure::PoolExhausted => S::Timeout,
             Failure::RedirectRefused | Failure::Malformed => S::InvalidResponse,
             Failure::ResponseTooLarge | Failure::TooManyItems | Failure::ItemTooLarge => {
@@ -139,6 +143,7 @@ impl Failure {
             Failure::HttpStatus(code) => http_code_detail(*code),
             Failure::PoolClosed => detail::POOL_CLOSED,
             Failure::DatabaseError => detail::DATABASE_ERROR,
+            Failure::ToolError => detail::TOOL_ERROR,
             Failure::RedirectRefused => detail::REDIRECT_REFUSED,
             Failure::Malformed | Failure::RequestUnencodable => detail::MALFORMED,
             Failure::ResponseTooLarge => detail::RESPONSE_TOO_LARGE,

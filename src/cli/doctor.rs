@@ -640,6 +640,10 @@ async fn check_provider(
         Implementation::Http(client) => {
             check_describe(&mut report, &subject, provider, client).await
         }
+        Implementation::Mcp(mcp) => match mcp.check(SQLITE_CHECK_LIMIT).await {
+            Ok(found) => report.ok(&subject, format!("{}: {found}", target(provider))),
+            Err(problem) => report.fail(&subject, format!("{}: {problem}", target(provider))),
+        },
     }
     implementation.close();
     report.checks
@@ -652,6 +656,7 @@ fn target(provider: &ProviderBinding) -> String {
         ProviderKind::Sqlite { database, .. } => {
             format!("database {}", super::shown_path(database))
         }
+        ProviderKind::Mcp(mcp) => crate::providers::mcp::target(mcp),
     }
 }
 

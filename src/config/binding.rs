@@ -24,8 +24,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use url::Url;
 
+mod mcp;
 mod query;
 mod settings;
+
+pub use mcp::{McpBinding, McpLookup, McpTransport};
 
 /// Provider timeout when neither the provider nor `[defaults]` sets one.
 pub const DEFAULT_TIMEOUT_MS: u64 = 1000;
@@ -34,9 +37,9 @@ const MAX_VERSION_CHARS: usize = 128;
 pub const DEFAULT_RETENTION_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Provider types this version serves.
-const SUPPORTED_TYPES: &str = "http, sqlite";
+const SUPPORTED_TYPES: &str = "http, sqlite, mcp";
 /// Provider types the product defines but this version does not serve yet.
-const LATER_TYPES: &[&str] = &["postgres", "rest", "mcp"];
+const LATER_TYPES: &[&str] = &["postgres", "rest"];
 /// Keys that say *which* implementation serves a provider: never in `[defaults]`.
 const IDENTITY_KEYS: &[&str] = &[
     "type",
@@ -113,6 +116,8 @@ pub enum ProviderKind {
         database: PathBuf,
         query: String,
     },
+    /// An MCP server reached over streamable HTTP or stdio.
+    Mcp(McpBinding),
 }
 
 impl ProviderKind {
@@ -121,6 +126,7 @@ impl ProviderKind {
         match self {
             ProviderKind::Http { .. } => "http",
             ProviderKind::Sqlite { .. } => "sqlite",
+            ProviderKind::Mcp(_) => "mcp",
         }
     }
 
@@ -129,6 +135,7 @@ impl ProviderKind {
         match self {
             ProviderKind::Http { secret_env, .. } => secret_env.as_deref(),
             ProviderKind::Sqlite { .. } => None,
+            ProviderKind::Mcp(mcp) => mcp.auth_env(),
         }
     }
 }
@@ -400,8 +407,19 @@ fn check_provider(
     let before = problems.len();
     problems.id(path, "provider", id);
 
-    let known: Vec<&str> = IDENTITY_KEYS.iter().chain(SETTING_KEYS).copied().collect();
+    let known: Vec<&str> = IDENTITY_KEYS
+        .iter()
+        .chain(SETTING_KEYS)
+        .chain(mcp::MCP_KEYS)
+        .copied()
+        .collect();
     unknown_keys(problems, path, &table, &known);
+    let mut mcp_table = toml::Table::new();
+    for key in mcp::MCP_KEYS {
+        if let Some(value) = table.remove(*key) {
+            mcp_table.insert((*key).to_owned(), value);
+        }
+    }
     let mut identity = toml::Table::new();
     for key in IDENTITY_KEYS {
         if let Some(value) = table.remove(*key) {
@@ -414,7 +432,34 @@ fn check_provider(
     let own = settings.map(|settings| check_settings(problems, path, settings));
     let (identity, own) = (identity?, own?);
 
-    let kind = check_kind(problems, path, &identity, base_dir);
+    let kind = if identity.kind.as_deref() == Some("mcp") {
+        for key in ["endpoint", "secret_env", "database", "query"] {
+            let present = match key {
+                "endpoint" => identity.endpoint.is_some(),
+                "secret_env" => identity.secret_env.is_some(),
+                "database" => identity.database.is_some(),
+                _ => identity.query.is_some(),
+            };
+            if present {
+                problems.add(
+                    &key_path(path, key),
+                    format!("`{key}` is not a setting of mcp providers"),
+                );
+            }
+        }
+        mcp::check_mcp(problems, path, &mcp_table)
+            .map(|(mcp, written)| (ProviderKind::Mcp(mcp), written))
+    } else {
+        if let Some(kind) = identity.kind.as_deref() {
+            for key in mcp_table.keys() {
+                problems.add(
+                    &key_path(path, key),
+                    format!("`{key}` is a setting of mcp providers, not of {kind} providers"),
+                );
+            }
+        }
+        check_kind(problems, path, &identity, base_dir)
+    };
     if let Some(name) = &identity.secret_env {
         problems.env_name(&key_path(path, "secret_env"), name);
     }
@@ -1061,19 +1106,15 @@ mod tests {
         for (kind, needle) in [
             (
                 "postgres",
-                "\"postgres\" is not available in this version (supported: http, sqlite)",
+                "\"postgres\" is not available in this version (supported: http, sqlite",
             ),
             (
                 "rest",
-                "\"rest\" is not available in this version (supported: http, sqlite)",
-            ),
-            (
-                "mcp",
-                "\"mcp\" is not available in this version (supported: http, sqlite)",
+                "\"rest\" is not available in this version (supported: http, sqlite",
             ),
             (
                 "grpc",
-                "unknown provider type \"grpc\" (supported: http, sqlite)",
+                "unknown provider type \"grpc\" (supported: http, sqlite",
             ),
             ("HTTP", "unknown provider type \"HTTP\""),
         ] {
@@ -1083,7 +1124,7 @@ mod tests {
         assert_one_problem(
             "revision = \"r1\"\n[providers.x]\ntimeout_ms = 100\n",
             "providers.x.type",
-            "is required (supported: http, sqlite)",
+            "is required (supported: http, sqlite",
         );
     }
 

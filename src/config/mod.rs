@@ -23,6 +23,7 @@ pub use binding::{
     Binding, CacheSettings, CircuitSettings, DEFAULT_RETENTION_TTL, DEFAULT_TIMEOUT_MS,
     ProviderBinding, ProviderKind, Retention,
 };
+pub use binding::{McpBinding, McpLookup, McpTransport};
 pub(crate) use env::EnvVars;
 pub(crate) use server::{
     ApiKey, EnvironmentNeed, Limits, MetricsSettings, ServerConfig, ServerSettings, TenantConfig,

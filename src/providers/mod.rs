@@ -7,6 +7,7 @@
 pub mod bounds;
 pub(crate) mod endpoint;
 pub mod http;
+pub mod mcp;
 pub mod redact;
 pub mod secrets;
 pub mod sqlite;
@@ -101,6 +102,7 @@ mod tests {
 pub(crate) enum Implementation {
     Http(http::HttpProvider),
     Sqlite(sqlite::SqliteProvider),
+    Mcp(mcp::McpProvider),
 }
 
 /// What a readiness probe learned.
@@ -115,6 +117,7 @@ impl Implementation {
         match self {
             Implementation::Http(_) => "http",
             Implementation::Sqlite(_) => "sqlite",
+            Implementation::Mcp(_) => "mcp",
         }
     }
 
@@ -122,6 +125,7 @@ impl Implementation {
         match self {
             Implementation::Http(provider) => provider.lookup(call).await,
             Implementation::Sqlite(provider) => provider.lookup(call).await,
+            Implementation::Mcp(provider) => provider.lookup(call).await,
         }
     }
 
@@ -142,13 +146,27 @@ impl Implementation {
                     Err(_) => Err("TIMEOUT".to_owned()),
                 }
             }
+            Implementation::Mcp(provider) => provider
+                .probe(deadline)
+                .await
+                .map(|version| ProbeReport { version }),
+        }
+    }
+
+    /// Starts what the implementation runs in the background (an MCP session and its
+    /// stdio child), on the current runtime: the provider actor calls it when it starts.
+    pub(crate) fn start(&self) {
+        if let Implementation::Mcp(provider) = self {
+            provider.start();
         }
     }
 
     /// Releases pooled connections (ordered shutdown).
     pub(crate) fn close(&self) {
-        if let Implementation::Sqlite(provider) = self {
-            provider.close();
+        match self {
+            Implementation::Sqlite(provider) => provider.close(),
+            Implementation::Mcp(provider) => provider.close(),
+            Implementation::Http(_) => {}
         }
     }
 }

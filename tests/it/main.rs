@@ -11,6 +11,7 @@ mod cli_test;
 mod cli_validate;
 mod handles;
 mod http_provider;
+mod mcp_provider;
 mod metrics;
 mod provenance;
 mod provider_server;
