@@ -20,6 +20,7 @@ mod drain;
 mod envelope;
 mod errors;
 mod handles;
+mod mcp;
 mod rate;
 mod routes;
 mod tenant;
@@ -163,6 +164,7 @@ pub(crate) fn server(
                 .configure(routes::configure)
                 .configure(traces::configure)
                 .configure(handles::configure)
+                .configure(mcp::configure)
                 .default_service(web::to(routes::not_found));
             let stopping = stopping.clone();
             let http = actix_http::HttpService::build()

@@ -12,6 +12,7 @@ mod cli_validate;
 mod handles;
 mod http_provider;
 mod mcp_provider;
+mod mcp_server;
 mod metrics;
 mod provenance;
 mod provider_server;

@@ -26,6 +26,9 @@ use tokio::sync::watch;
 use tokio::time::{Instant, timeout_at};
 use url::Url;
 
+/// How long the readiness probe waits for a session that is still being set up.
+const STARTUP_ALLOWANCE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// How to reach the server, with the values read from the environment.
 #[derive(Clone)]
 pub(crate) enum McpConnection {
@@ -251,7 +254,11 @@ impl McpProvider {
     /// The readiness probe: the session is up and the bound tool (with its argument) or
     /// resource template is offered. Reports the server's version.
     pub(crate) async fn probe(&self, deadline: Instant) -> Result<Option<String>, String> {
-        let inventory = self.inventory(deadline).await?;
+        // A server that is still starting (a stdio child importing its libraries) gets
+        // the start-up allowance; the listing itself gets the probe's own time.
+        let allowed = deadline.saturating_duration_since(Instant::now());
+        let _ = self.peer(Instant::now() + STARTUP_ALLOWANCE).await;
+        let inventory = self.inventory(Instant::now() + allowed).await?;
         if let Some(problem) = self.binding_problem(&inventory) {
             return Err(problem);
         }
