@@ -98,7 +98,7 @@ async fn endpoint(
         coordinator,
     });
     let service = StreamableHttpService::new(
-        || Ok(CtxdTools),
+        || Ok(CtxdTools::default()),
         Arc::new(NeverSessionManager::default()),
         StreamableHttpServerConfig::default()
             .with_legacy_session_mode(false)
@@ -122,9 +122,12 @@ async fn endpoint(
     Ok(response.body(body.to_vec()))
 }
 
-/// The tools' handler: stateless; each call finds its [`Caller`] in the request.
-#[derive(Clone, Copy)]
-pub(crate) struct CtxdTools;
+/// The tools' handler. Over HTTP it is stateless and each call finds its [`Caller`] in
+/// the request; over stdio it holds the one caller of the process.
+#[derive(Clone, Default)]
+pub(crate) struct CtxdTools {
+    caller: Option<Caller>,
+}
 
 impl CtxdTools {
     fn tools() -> Vec<Tool> {
@@ -300,14 +303,72 @@ impl ServerHandler for CtxdTools {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, rmcp::ErrorData> {
-        let caller = context
-            .extensions
-            .get::<http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<Caller>())
-            .cloned()
+        let caller = self
+            .caller
+            .clone()
+            .or_else(|| {
+                context
+                    .extensions
+                    .get::<http::request::Parts>()
+                    .and_then(|parts| parts.extensions.get::<Caller>())
+                    .cloned()
+            })
             .ok_or_else(|| rmcp::ErrorData::internal_error("no tenant for this call", None))?;
         let arguments = request.arguments.unwrap_or_default();
         let result = run_tool(&caller, &request.name, arguments).await;
         Ok(CallToolResponse::Complete(result))
     }
+}
+
+/// `ctxd mcp`: the same tools on standard input/output for one tenant, with the same
+/// runtime `serve` starts (providers, coordinator, trace writer), until the client
+/// closes the stream. Logs go to standard error; standard output carries only MCP.
+pub(crate) async fn serve_stdio(
+    config: &crate::config::ServerConfig,
+    env: &crate::config::EnvVars,
+    tenant_id: &str,
+) -> anyhow::Result<()> {
+    use crate::actors::{Mode, Topology};
+    use actix::Actor;
+    use rmcp::ServiceExt;
+
+    let topology = Topology::start(config, env, Mode::Live).await?;
+    let registry = topology.registry();
+    let Some(runtime) = registry.tenants.iter().find(|t| t.id == tenant_id).cloned() else {
+        let known: Vec<&str> = registry.tenants.iter().map(|t| t.id.as_str()).collect();
+        topology.shutdown().await?;
+        anyhow::bail!(
+            "--tenant {tenant_id:?}: no such tenant in the config (tenants: {})",
+            known.join(", ")
+        );
+    };
+    let state = web::Data::new(ApiState::new(
+        registry.clone(),
+        topology.provider_addrs(),
+        None,
+        &config.server,
+        &config.limits,
+    ));
+    let coordinator = Coordinator::new(Arc::clone(&registry)).start();
+    state.coordinators.register(coordinator.clone());
+    let caller = Caller {
+        tenant: Arc::new(Tenant::local(runtime, state.drain.admit())),
+        state,
+        coordinator: web::Data::new(coordinator),
+    };
+    tracing::info!(tenant = tenant_id, "ctxd mcp serving on stdio");
+    let tools = CtxdTools {
+        caller: Some(caller),
+    };
+    match tools.serve(rmcp::transport::stdio()).await {
+        Ok(running) => {
+            let _ = running.waiting().await;
+        }
+        Err(error) => {
+            tracing::warn!(error = %crate::providers::redact::redacted(&error.to_string()), "mcp client did not initialize")
+        }
+    }
+    topology.shutdown().await?;
+    tracing::info!("ctxd mcp stopped");
+    Ok(())
 }

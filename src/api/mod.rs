@@ -28,6 +28,7 @@ mod traces;
 
 pub(crate) use drain::{Drained, drain};
 pub(crate) use errors::ApiError;
+pub(crate) use mcp::serve_stdio as serve_mcp_stdio;
 #[cfg(test)]
 pub(crate) use routes::parse_turn;
 pub(crate) use tenant::Tenant;

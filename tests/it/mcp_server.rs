@@ -246,3 +246,52 @@ async fn serve_answers_turns_from_a_stdio_mcp_provider_and_logs_its_stderr_redac
     );
     assert!(!logs.contains(VALUE), "the lookup value is never logged");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_client_works_a_turn_and_its_handle_through_ctxd_mcp_on_stdio() {
+    let Some(python) = python_with_mcp() else {
+        return;
+    };
+    let server = logs_provider().await;
+    let binding = format!(
+        "revision = \"m3\"\n[providers.logs]\ntype = \"http\"\nendpoint = \"{}\"\n",
+        server.url()
+    );
+    let deployment = Deployment::new(&[TenantSpec::new("acme", KEY, project(), binding)]);
+    let config = deployment.config.display().to_string();
+    let ctxd = assert_cmd::cargo::cargo_bin("ctxd").display().to_string();
+    let report = tokio::task::spawn_blocking(move || {
+        run_client(
+            &python,
+            &[
+                "stdio", VALUE, "--", &ctxd, "mcp", "--config", &config, "--tenant", "acme",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert_scenario(&report);
+}
+
+#[test]
+fn ctxd_mcp_refuses_an_unknown_tenant() {
+    let deployment = Deployment::new(&[TenantSpec::new(
+        "acme",
+        KEY,
+        project(),
+        "revision = \"m4\"\n".to_owned(),
+    )]);
+    let output = Command::new(assert_cmd::cargo::cargo_bin("ctxd"))
+        .args(["mcp", "--config"])
+        .arg(&deployment.config)
+        .args(["--tenant", "globex"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--tenant \"globex\": no such tenant in the config (tenants: acme)"),
+        "{stderr}"
+    );
+}
