@@ -64,7 +64,24 @@ pub(crate) struct ProviderCheckArgs {
     /// and their counts as one object
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub(crate) format: Format,
+    /// Check an MCP server (streamable HTTP at URL) instead: the tool a lookup calls
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "mcp_argument",
+        conflicts_with = "mcp_resource"
+    )]
+    pub(crate) mcp_tool: Option<String>,
+    /// With --mcp-tool: the tool argument that receives the lookup value
+    #[arg(long, value_name = "NAME", requires = "mcp_tool")]
+    pub(crate) mcp_argument: Option<String>,
+    /// Check an MCP server instead: the resource URI template a lookup reads, with one
+    /// {slot} for the value
+    #[arg(long, value_name = "TEMPLATE")]
+    pub(crate) mcp_resource: Option<String>,
 }
+
+mod mcp;
 
 pub(crate) use super::HumanOrJson as Format;
 
@@ -204,7 +221,10 @@ pub(crate) fn run(args: &ProviderCheckArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let conformance = runtime.block_on(check(&target))?;
+    let conformance = match mcp_lookup(args)? {
+        Some(lookup) => runtime.block_on(mcp::check(&target, lookup)),
+        None => runtime.block_on(check(&target))?,
+    };
     match args.format {
         Format::Human => super::print(&conformance.human())?,
         Format::Json => super::print_json(&conformance.json())?,
@@ -214,6 +234,29 @@ pub(crate) fn run(args: &ProviderCheckArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The MCP lookup the arguments describe, if the check is of an MCP server.
+fn mcp_lookup(args: &ProviderCheckArgs) -> anyhow::Result<Option<crate::config::McpLookup>> {
+    use crate::config::McpLookup;
+    Ok(
+        match (&args.mcp_tool, &args.mcp_argument, &args.mcp_resource) {
+            (Some(tool), Some(argument), _) => Some(McpLookup::Tool {
+                tool: tool.clone(),
+                argument: argument.clone(),
+                fixed: serde_json::Map::new(),
+            }),
+            (_, _, Some(template)) => {
+                if let Some(problem) = crate::config::mcp_template_problem(template) {
+                    bail!("--mcp-resource: {problem}");
+                }
+                Some(McpLookup::Resource {
+                    template: template.clone(),
+                })
+            }
+            _ => None,
+        },
+    )
 }
 
 /// Checks the arguments; an error names the argument and never shows the secret or the

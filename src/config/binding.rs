@@ -28,6 +28,7 @@ mod mcp;
 mod query;
 mod settings;
 
+pub(crate) use mcp::template_problem as mcp_template_problem;
 pub use mcp::{McpBinding, McpLookup, McpTransport};
 
 /// Provider timeout when neither the provider nor `[defaults]` sets one.

@@ -19,6 +19,7 @@ mod env;
 mod server;
 mod trace_store;
 
+pub(crate) use binding::mcp_template_problem;
 pub use binding::{
     Binding, CacheSettings, CircuitSettings, DEFAULT_RETENTION_TTL, DEFAULT_TIMEOUT_MS,
     ProviderBinding, ProviderKind, Retention,

@@ -404,3 +404,117 @@ async fn doctor_check_finds_a_missing_tool_or_argument() {
     let problem = wrong.check(Duration::from_secs(20)).await.unwrap_err();
     assert!(problem.contains("no argument \"client\""), "{problem}");
 }
+
+fn ctxd_output(args: Vec<String>, env: Vec<(&'static str, String)>) -> std::process::Output {
+    let mut command = crate::support::ctxd();
+    command.args(&args);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_check_has_an_mcp_mode() {
+    let Some(python) = python_with_mcp() else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let server = start_http_server(&scene.python, &scene.marks()).await;
+    let args = |tool: &str| {
+        vec![
+            "provider-check".to_owned(),
+            server.url(),
+            "--secret-env".to_owned(),
+            "CRM_MCP_TOKEN".to_owned(),
+            "--mcp-tool".to_owned(),
+            tool.to_owned(),
+            "--mcp-argument".to_owned(),
+            "customer".to_owned(),
+            "--timeout-ms".to_owned(),
+            "10000".to_owned(),
+        ]
+    };
+    let env = || vec![("CRM_MCP_TOKEN", TOKEN.to_owned())];
+
+    let (good, bad) = (args("lookup"), args("reflect"));
+    let output = tokio::task::spawn_blocking(move || ctxd_output(good, env()))
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    for line in [
+        "PASS https",
+        "PASS initialize: a session initialized (server version 1.2.3)",
+        "PASS bound-lookup-offered",
+        "PASS lookup-answers",
+        "PASS no-credential-reflection",
+    ] {
+        assert!(stdout.contains(line), "{line}:\n{stdout}");
+    }
+
+    let output = tokio::task::spawn_blocking(move || ctxd_output(bad, env()))
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(
+            "FAIL lookup-answers: the lookup answered SECRET_DETECTED (CREDENTIAL_REFLECTED)"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("FAIL no-credential-reflection"), "{stdout}");
+    assert!(!stdout.contains(TOKEN), "the token is never printed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_lists_the_servers_tools_and_fails_a_missing_argument() {
+    let Some(python) = python_with_mcp() else {
+        return;
+    };
+    let project = serde_json::json!({
+        "id": "acme", "version": "1.0.0",
+        "providers": [{"id": "crm", "name": "CRM", "lookup": {"input": "customerId"}}],
+        "layers": [{"id": "account", "name": "Account", "bindings": [{"provider": "crm"}]}]
+    })
+    .to_string();
+    let binding = |argument: &str| {
+        format!(
+            "revision = \"d1\"\n[providers.crm]\ntype = \"mcp\"\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\ntool = \"lookup\"\nargument = \"{argument}\"\n",
+            python.display().to_string(),
+            server_script().display().to_string(),
+        )
+    };
+    for (argument, expected, code) in [
+        (
+            "customer",
+            "ok    tenant acme, provider crm (mcp): mcp server command",
+            0,
+        ),
+        ("client", "tool \"lookup\" has no argument \"client\"", 1),
+    ] {
+        let deployment = crate::server::Deployment::new(&[crate::server::TenantSpec::new(
+            "acme",
+            "acme-doctor-key",
+            project.clone(),
+            binding(argument),
+        )]);
+        let config = deployment.config.display().to_string();
+        let output = tokio::task::spawn_blocking(move || {
+            ctxd_output(vec!["doctor".into(), "--config".into(), config], vec![])
+        })
+        .await
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(stdout.contains(expected), "{expected}:\n{stdout}");
+        assert_eq!(output.status.code(), Some(code), "{stdout}");
+        if code == 0 {
+            assert!(stdout.contains("lookup(customer, region)"), "{stdout}");
+            assert!(
+                stdout.contains("customers://{customer}/profile"),
+                "{stdout}"
+            );
+        }
+    }
+}
