@@ -305,7 +305,10 @@ fn free_port() -> u16 {
 }
 
 pub(crate) async fn start_http_server(python: &Path, marks: &Path) -> HttpServerHandle {
-    let port = free_port();
+    start_http_server_on(python, marks, free_port()).await
+}
+
+async fn start_http_server_on(python: &Path, marks: &Path, port: u16) -> HttpServerHandle {
     let child = Command::new(python)
         .arg(server_script())
         .args(["http", &port.to_string()])
@@ -517,4 +520,39 @@ async fn doctor_lists_the_servers_tools_and_fails_a_missing_argument() {
             );
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_http_server_gets_a_new_session() {
+    let Some(python) = python_with_mcp() else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let server = start_http_server(&scene.python, &scene.marks()).await;
+    let port = server.0.port;
+    let url = server.url();
+    let token = |name: &str| (name == "CRM_MCP_TOKEN").then(|| TOKEN.to_owned());
+    let provider = scene.build(&http_binding(&url, "lookup"), token);
+    assert_eq!(lookup(&provider, "c-1").await.status(), ProviderStatus::Ok);
+
+    // The server goes away: its sessions are gone with it.
+    drop(server);
+    let outcome = lookup_within(&provider, "c-1", Duration::from_secs(2)).await;
+    assert_ne!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+
+    let _restarted = start_http_server_on(&scene.python, &scene.marks(), port).await;
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let outcome = lookup_within(&provider, "c-2", Duration::from_secs(2)).await;
+        if outcome.status() == ProviderStatus::Ok {
+            assert_eq!(
+                outcome.items_found()[0].content,
+                "customer c-2 in eu: plan gold"
+            );
+            break;
+        }
+        assert!(Instant::now() < until, "no new session: {outcome:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    provider.close();
 }

@@ -196,15 +196,22 @@ async fn serve_answers_turns_from_a_stdio_mcp_provider_and_logs_its_stderr_redac
     let project = json!({
         "id": "acme", "version": "1.0.0",
         "providers": [
-            {"id": "crm", "name": "CRM", "lookup": {"input": "customerId", "pattern": "^CUST-[0-9]{4}$"}}
+            {"id": "crm", "name": "CRM", "lookup": {"input": "customerId", "pattern": "^CUST-[0-9]{4}$"}},
+            {"id": "billing", "name": "Billing", "lookup": {"input": "customerId", "pattern": "^CUST-[0-9]{4}$"}}
         ],
-        "layers": [{"id": "account", "name": "Account", "bindings": [{"provider": "crm"}]}]
+        "layers": [
+            {"id": "account", "name": "Account", "bindings": [{"provider": "crm"}]},
+            {"id": "billing", "name": "Billing", "bindings": [{"provider": "billing"}]}
+        ]
     })
     .to_string();
-    let binding = format!(
-        "revision = \"m2\"\n[providers.crm]\ntype = \"mcp\"\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\ntool = \"lookup\"\nargument = \"customer\"\narguments = {{ region = \"west\" }}\n",
+    let (python, script) = (
         python.display().to_string(),
         server_script().display().to_string(),
+    );
+    let binding = format!(
+        "revision = \"m2\"\n[providers.crm]\ntype = \"mcp\"\ncommand = {python:?}\nargs = [{script:?}, \"stdio\"]\ntool = \"lookup\"\nargument = \"customer\"\narguments = {{ region = \"west\" }}\n\
+         [providers.billing]\ntype = \"mcp\"\ncommand = {python:?}\nargs = [{script:?}, \"stdio\"]\ntool = \"fail\"\nargument = \"customer\"\n",
     );
     let deployment = Deployment::new(&[TenantSpec::new("acme", KEY, project, binding)]);
     let ctxd = Ctxd::start(&deployment.config, &[], &[]);
@@ -237,7 +244,11 @@ async fn serve_answers_turns_from_a_stdio_mcp_provider_and_logs_its_stderr_redac
             .contains("customer CUST-7001 in west: plan gold"),
         "{body:#}"
     );
+    let billing = provider(&body, "billing");
+    assert_eq!(billing["status"], "UNAVAILABLE", "{body:#}");
+    assert_eq!(billing["detail"], "TOOL_ERROR", "{body:#}");
     let logs = ctxd.logs();
+    assert!(logs.contains("mcp tool answered an error"), "{logs}");
     assert!(logs.contains("mcp server stderr"), "{logs}");
     assert!(logs.contains("starting with key [REDACTED"), "{logs}");
     assert!(
