@@ -69,14 +69,22 @@ struct Caller {
 }
 
 /// `/mcp`: the tenant is authenticated first (401 without its key, as every tenant
-/// route), then rmcp answers the MCP message.
+/// route), the body read within the API's limits, then rmcp answers the MCP message.
 async fn endpoint(
     tenant: Tenant,
     request: HttpRequest,
-    body: web::Bytes,
+    payload: web::Payload,
     state: web::Data<ApiState>,
     coordinator: web::Data<Addr<Coordinator>>,
 ) -> Result<HttpResponse, ApiError> {
+    // A message is read like every JSON body: its type, size, arrival time and the drain.
+    let body = if request.method() == actix_web::http::Method::POST {
+        super::body::read_json_body(&request, payload, &state)
+            .await?
+            .freeze()
+    } else {
+        web::Bytes::new()
+    };
     let unavailable = |message: &str| ApiError::RuntimeUnavailable {
         message: message.to_owned(),
     };

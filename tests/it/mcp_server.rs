@@ -189,7 +189,7 @@ async fn an_mcp_client_works_a_turn_and_its_handle_through_serve() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_answers_turns_from_a_stdio_mcp_provider_and_logs_its_stderr_redacted() {
+async fn serve_answers_from_a_stdio_mcp_provider_logs_its_stderr_redacted_and_kills_it_on_stop() {
     let Some(python) = python_with_mcp() else {
         return;
     };
@@ -210,11 +210,13 @@ async fn serve_answers_turns_from_a_stdio_mcp_provider_and_logs_its_stderr_redac
         server_script().display().to_string(),
     );
     let binding = format!(
-        "revision = \"m2\"\n[providers.crm]\ntype = \"mcp\"\ncommand = {python:?}\nargs = [{script:?}, \"stdio\"]\ntool = \"lookup\"\nargument = \"customer\"\narguments = {{ region = \"west\" }}\n\
+        "revision = \"m2\"\n[providers.crm]\ntype = \"mcp\"\ncommand = {python:?}\nargs = [{script:?}, \"stdio\"]\ntool = \"lookup\"\nargument = \"customer\"\narguments = {{ region = \"west\" }}\nenv = [\"MCP_TEST_MARKS\"]\n\
          [providers.billing]\ntype = \"mcp\"\ncommand = {python:?}\nargs = [{script:?}, \"stdio\"]\ntool = \"fail\"\nargument = \"customer\"\n",
     );
     let deployment = Deployment::new(&[TenantSpec::new("acme", KEY, project, binding)]);
-    let ctxd = Ctxd::start(&deployment.config, &[], &[]);
+    let marks = tempfile::tempdir().unwrap();
+    let marks_path = marks.path().display().to_string();
+    let mut ctxd = Ctxd::start(&deployment.config, &[], &[("MCP_TEST_MARKS", &marks_path)]);
     // Ready once the child is up and lists the bound tool.
     let mut ready = false;
     for _ in 0..300 {
@@ -256,6 +258,27 @@ async fn serve_answers_turns_from_a_stdio_mcp_provider_and_logs_its_stderr_redac
         "the secret is never logged"
     );
     assert!(!logs.contains(VALUE), "the lookup value is never logged");
+
+    // The stdio child belongs to its provider: stopping serve kills it.
+    let started = std::fs::read_to_string(marks.path().join("started")).unwrap();
+    let pid: u32 = started.lines().next().unwrap().trim().parse().unwrap();
+    assert!(alive(pid), "the child runs while serve does");
+    ctxd.terminate();
+    assert!(ctxd.wait(std::time::Duration::from_secs(20)).success());
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while alive(pid) {
+        assert!(
+            std::time::Instant::now() < until,
+            "the child outlived serve"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| !stat.contains(") Z "))
+        .unwrap_or(false)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
