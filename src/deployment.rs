@@ -610,7 +610,12 @@ pub(crate) async fn build_implementation(
                 crate::providers::mcp::connection_for(mcp, |name| env.get(name).map(str::to_owned))
                     .map_err(SetupError::McpTokenNotSet)?;
             Ok(Implementation::Mcp(
-                crate::providers::mcp::McpProvider::new(&binding.id, mcp, connection),
+                crate::providers::mcp::McpProvider::new(
+                    &binding.id,
+                    mcp,
+                    connection,
+                    Some(binding.max_concurrency),
+                ),
             ))
         }
     }

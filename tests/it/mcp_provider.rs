@@ -556,3 +556,35 @@ async fn a_restarted_http_server_gets_a_new_session() {
     }
     provider.close();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_lookups_share_one_session() {
+    let Some(python) = python_with_mcp() else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let http_marks = tempfile::tempdir().unwrap();
+    let server = start_http_server(&scene.python, http_marks.path()).await;
+    let token = |name: &str| (name == "CRM_MCP_TOKEN").then(|| TOKEN.to_owned());
+    let http = scene.build(&http_binding(&server.url(), "lookup"), token);
+    let stdio = scene.stdio("tool = \"lookup\"\nargument = \"customer\"");
+    for provider in [&http, &stdio] {
+        let values: Vec<String> = (0..24).map(|i| format!("c-{i}")).collect();
+        let outcomes =
+            futures_util::future::join_all(values.iter().map(|v| lookup(provider, v))).await;
+        for (value, outcome) in values.iter().zip(&outcomes) {
+            assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+            assert_eq!(
+                outcome.items_found()[0].content,
+                format!("customer {value} in eu: plan gold"),
+                "each answer is its own call's"
+            );
+        }
+        provider.close();
+    }
+    assert_eq!(
+        scene.marked("started").len(),
+        1,
+        "one stdio child for every call"
+    );
+}

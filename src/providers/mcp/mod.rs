@@ -26,6 +26,9 @@ use tokio::sync::watch;
 use tokio::time::{Instant, timeout_at};
 use url::Url;
 
+/// POSTs in flight at once over streamable HTTP unless the binding says otherwise.
+const DEFAULT_MAX_REQUESTS: usize = 16;
+
 /// How long the readiness probe waits for a session that is still being set up.
 const STARTUP_ALLOWANCE: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -35,6 +38,8 @@ pub(crate) enum McpConnection {
     Http {
         url: Url,
         secret: Option<Secret>,
+        /// Most POSTs in flight at once (the binding's `max_concurrency`).
+        max_requests: usize,
     },
     Stdio {
         command: String,
@@ -89,7 +94,17 @@ impl fmt::Debug for McpProvider {
 impl McpProvider {
     /// The provider for `binding`, with the token and allow-listed variables already
     /// read. Nothing is started until [`McpProvider::start`].
-    pub(crate) fn new(provider: &str, binding: &McpBinding, connection: McpConnection) -> Self {
+    pub(crate) fn new(
+        provider: &str,
+        binding: &McpBinding,
+        mut connection: McpConnection,
+        max_concurrency: Option<usize>,
+    ) -> Self {
+        if let (McpConnection::Http { max_requests, .. }, Some(limit)) =
+            (&mut connection, max_concurrency)
+        {
+            *max_requests = limit.max(1);
+        }
         let credential = match &connection {
             McpConnection::Http { secret, .. } => secret.clone(),
             McpConnection::Stdio { .. } => None,
@@ -115,7 +130,7 @@ impl McpProvider {
         read: impl Fn(&str) -> Option<String>,
     ) -> Result<McpProvider, String> {
         let connection = connection_for(binding, read)?;
-        Ok(McpProvider::new(provider, binding, connection))
+        Ok(McpProvider::new(provider, binding, connection, None))
     }
 
     /// Starts the session supervisor on the current runtime (once): a stdio server is
@@ -358,6 +373,7 @@ pub(crate) fn connection_for(
     Ok(match &binding.transport {
         McpTransport::Http { url, auth_env } => McpConnection::Http {
             url: url.clone(),
+            max_requests: DEFAULT_MAX_REQUESTS,
             secret: match auth_env {
                 Some(name) => Some(Secret::new(read(name).ok_or_else(|| name.clone())?)),
                 None => None,

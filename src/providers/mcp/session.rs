@@ -132,7 +132,11 @@ pub(crate) async fn supervise(
 /// One connection attempt: the transport, then `initialize`.
 async fn connect(provider: &str, connection: &McpConnection) -> Result<Running, String> {
     match connection {
-        McpConnection::Http { url, secret } => {
+        McpConnection::Http {
+            url,
+            secret,
+            max_requests,
+        } => {
             let client = reqwest::Client::builder()
                 .tls_backend_rustls()
                 .redirect(reqwest::redirect::Policy::none())
@@ -142,6 +146,7 @@ async fn connect(provider: &str, connection: &McpConnection) -> Result<Running, 
                 .map_err(|error| format!("cannot build the HTTP client: {error}"))?;
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .reinit_on_expired_session(true)
+                .max_concurrent_requests(*max_requests)
                 .max_json_response_size(MAX_HTTP_MESSAGE_BYTES)
                 .max_sse_event_size(MAX_HTTP_MESSAGE_BYTES);
             if let Some(secret) = secret {
