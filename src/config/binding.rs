@@ -415,8 +415,14 @@ fn check_provider(
         .copied()
         .collect();
     unknown_keys(problems, path, &table, &known);
+    // The MCP keys go to their own check; on a provider of another type, one that is not
+    // that type's own key is reported.
+    let is_mcp = table.get("type").and_then(toml::Value::as_str) == Some("mcp");
     let mut mcp_table = toml::Table::new();
     for key in mcp::MCP_KEYS {
+        if !is_mcp && IDENTITY_KEYS.contains(key) {
+            continue;
+        }
         if let Some(value) = table.remove(*key) {
             mcp_table.insert((*key).to_owned(), value);
         }

@@ -391,6 +391,39 @@ mod tests {
     }
 
     #[test]
+    fn in_a_binding_mcp_keys_belong_to_mcp_providers_only() {
+        let parse = |text: &str| {
+            super::super::Binding::parse(
+                &format!("revision = \"r1\"\n[providers.x]\n{text}"),
+                std::path::Path::new("/tmp"),
+            )
+        };
+        let binding = parse("type = \"mcp\"\ncommand = \"/bin/srv\"\ntool = \"t\"\nargument = \"a\"\ntimeout_ms = 500")
+            .unwrap();
+        assert_eq!(binding.providers["x"].kind.type_name(), "mcp");
+        let other = parse("type = \"mcp\"\ncommand = \"/bin/srv\"\ntool = \"u\"\nargument = \"a\"")
+            .unwrap();
+        assert_ne!(binding.digest, other.digest, "the tool is in the digest");
+
+        let problems = parse("type = \"http\"\nendpoint = \"https://h/p\"\ntool = \"t\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            problems.contains(
+                "providers.x.tool: `tool` is a setting of mcp providers, not of http providers"
+            ),
+            "{problems}"
+        );
+        let problems = parse("type = \"mcp\"\nendpoint = \"https://h/p\"\nurl = \"https://h/mcp\"\ntool = \"t\"\nargument = \"a\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            problems.contains("providers.x.endpoint: `endpoint` is not a setting of mcp providers"),
+            "{problems}"
+        );
+    }
+
+    #[test]
     fn templates_need_one_named_slot() {
         assert_eq!(template_problem("a://{x}"), None);
         assert!(template_problem("a://x").is_some());
