@@ -386,7 +386,7 @@ async fn streamable_http_with_a_bearer_token() {
         (name == "CRM_MCP_TOKEN").then(|| "wrong-token".to_owned())
     });
     let outcome = lookup(&refused, "c-5").await;
-    assert_failed(&outcome, ProviderStatus::Unavailable, "CONNECT_FAILED");
+    assert_failed(&outcome, ProviderStatus::Unavailable, "UNAUTHORIZED");
     refused.close();
 }
 

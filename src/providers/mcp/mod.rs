@@ -171,7 +171,8 @@ impl McpProvider {
             Ok(Err(_)) => Err(Failure::ConnectFailed),
             Ok(Ok(state)) => match &*state {
                 SessionState::Up(peer) => Ok(peer.clone()),
-                _ => Err(Failure::ConnectFailed),
+                SessionState::Down(failure) => Err(failure.clone()),
+                SessionState::Connecting => Err(Failure::ConnectFailed),
             },
         }
     }
@@ -257,6 +258,11 @@ impl McpProvider {
                     "mcp server answered an error"
                 );
                 Failure::ToolError
+            }
+            ServiceError::TransportSend(error)
+                if session::refuses_credentials(error.error.as_ref()) =>
+            {
+                Failure::Unauthorized
             }
             ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
                 Failure::ConnectionReset

@@ -6,11 +6,16 @@
 //! its stderr is logged line by line, redacted; it is killed when the supervisor stops.
 
 use super::McpConnection;
+use crate::outcome::Failure;
 use crate::providers::redact::redacted;
 use rmcp::ServiceExt;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation as PeerImplementation};
+use rmcp::service::ClientInitializeError;
 use rmcp::service::{Peer, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{
+    AuthRequiredError, HttpStatusError, InsufficientScopeError,
+};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use std::process::Stdio;
 use std::time::Duration;
@@ -34,8 +39,9 @@ pub(crate) enum SessionState {
     Connecting,
     /// Initialized; requests go to this peer.
     Up(Peer<RoleClient>),
-    /// The last attempt failed; the supervisor waits out its backoff.
-    Down,
+    /// The last attempt failed (`CONNECT_FAILED`, or `UNAUTHORIZED` when the server
+    /// refused the token); the supervisor waits out its backoff.
+    Down(Failure),
 }
 
 /// The backoff between connection attempts. Pure.
@@ -100,7 +106,7 @@ pub(crate) async fn supervise(
                     _ = &mut ended => false,
                     _ = stop.wait_for(|stopped| *stopped) => true,
                 };
-                state.send_replace(SessionState::Down);
+                state.send_replace(SessionState::Down(Failure::ConnectionReset));
                 if stopped {
                     // Closing the transport kills a stdio child.
                     cancel.cancel();
@@ -112,8 +118,8 @@ pub(crate) async fn supervise(
                     backoff.reset();
                 }
             }
-            Err(problem) => {
-                state.send_replace(SessionState::Down);
+            Err((failure, problem)) => {
+                state.send_replace(SessionState::Down(failure));
                 tracing::warn!(
                     provider = %provider,
                     problem = %redacted(&problem),
@@ -126,11 +132,46 @@ pub(crate) async fn supervise(
             _ = stop.wait_for(|stopped| *stopped) => break,
         }
     }
-    state.send_replace(SessionState::Down);
+    state.send_replace(SessionState::Down(Failure::PoolClosed));
+}
+
+/// Whether an error, or any error under it, is the server refusing the credential: a
+/// 401/403, with or without a `WWW-Authenticate` challenge.
+pub(crate) fn refuses_credentials(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if error.is::<AuthRequiredError>()
+            || error.is::<InsufficientScopeError>()
+            || error
+                .downcast_ref::<HttpStatusError>()
+                .is_some_and(|e| matches!(e.status, 401 | 403))
+        {
+            return true;
+        }
+        current = error.source();
+    }
+    false
+}
+
+/// A failed `initialize` as the failure lookups report and a message for the log.
+fn initialize_failed(error: ClientInitializeError) -> (Failure, String) {
+    let refused = match &error {
+        ClientInitializeError::TransportError { error, .. } => {
+            refuses_credentials(error.error.as_ref())
+        }
+        _ => false,
+    } || error.is_authorization_required();
+    let failure = if refused {
+        Failure::Unauthorized
+    } else {
+        Failure::ConnectFailed
+    };
+    (failure, format!("initialize failed: {error}"))
 }
 
 /// One connection attempt: the transport, then `initialize`.
-async fn connect(provider: &str, connection: &McpConnection) -> Result<Running, String> {
+async fn connect(provider: &str, connection: &McpConnection) -> Result<Running, (Failure, String)> {
+    let refused = |problem: String| (Failure::ConnectFailed, problem);
     match connection {
         McpConnection::Http {
             url,
@@ -143,7 +184,7 @@ async fn connect(provider: &str, connection: &McpConnection) -> Result<Running, 
                 .no_proxy()
                 .user_agent(concat!("ctxd/", env!("CARGO_PKG_VERSION")))
                 .build()
-                .map_err(|error| format!("cannot build the HTTP client: {error}"))?;
+                .map_err(|error| refused(format!("cannot build the HTTP client: {error}")))?;
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .reinit_on_expired_session(true)
                 .max_concurrent_requests(*max_requests)
@@ -156,7 +197,7 @@ async fn connect(provider: &str, connection: &McpConnection) -> Result<Running, 
             client_config()
                 .serve(transport)
                 .await
-                .map_err(|error| format!("initialize failed: {error}"))
+                .map_err(initialize_failed)
         }
         McpConnection::Stdio { command, args, env } => {
             let mut process = tokio::process::Command::new(command);
@@ -167,7 +208,7 @@ async fn connect(provider: &str, connection: &McpConnection) -> Result<Running, 
             let (transport, stderr) = TokioChildProcess::builder(process)
                 .stderr(Stdio::piped())
                 .spawn()
-                .map_err(|error| format!("cannot start {command:?}: {error}"))?;
+                .map_err(|error| refused(format!("cannot start {command:?}: {error}")))?;
             if let Some(stderr) = stderr {
                 let provider = provider.to_owned();
                 tokio::spawn(async move {
@@ -184,7 +225,7 @@ async fn connect(provider: &str, connection: &McpConnection) -> Result<Running, 
             client_config()
                 .serve(transport)
                 .await
-                .map_err(|error| format!("initialize failed: {error}"))
+                .map_err(initialize_failed)
         }
     }
 }

@@ -121,7 +121,8 @@ def main() -> None:
         if scope["type"] == "http":
             headers = dict(scope["headers"])
             if headers.get(b"authorization", b"").decode() != f"Bearer {token}":
-                await send({"type": "http.response.start", "status": 401, "headers": []})
+                challenge = [(b"www-authenticate", b'Bearer realm="ctxd-test"')]
+                await send({"type": "http.response.start", "status": 401, "headers": challenge})
                 await send({"type": "http.response.body", "body": b""})
                 return
         await app(scope, receive, send)
