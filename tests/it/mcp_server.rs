@@ -139,6 +139,26 @@ fn assert_scenario(report: &Value) {
         "unknown_handle",
         "{unknown:#}"
     );
+
+    // Provenance: the turn get_context ran, as GET /v1/traces… shows it.
+    let turn_id = report["context"]["turnId"].as_str().unwrap();
+    let trace = &report["trace"];
+    assert_eq!(trace["error"], false, "{trace:#}");
+    assert_eq!(trace["result"]["turn"]["turnId"], turn_id, "{trace:#}");
+    let search = &report["search"];
+    assert_eq!(search["error"], false, "{search:#}");
+    let listed = search["result"]["traces"].as_array().unwrap();
+    assert!(
+        listed.iter().any(|t| t["turn"]["turnId"] == turn_id),
+        "{search:#}"
+    );
+    let bad_search = &report["bad_search"];
+    assert_eq!(bad_search["error"], true);
+    assert_eq!(
+        error_code(&bad_search["result"]),
+        "BAD_REQUEST",
+        "{bad_search:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

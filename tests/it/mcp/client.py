@@ -48,6 +48,19 @@ async def scenario(session: ClientSession, customer: str) -> dict:
             )
     bad = await session.call_tool("handle_peek", {"handle": "h_" + "0" * 32, "head": 5})
     report["unknown_handle"] = {"error": bool(bad.is_error), "result": bad.structured_content}
+    turn_id = (context.structured_content or {}).get("turnId")
+    if turn_id:
+        # The trace writer commits in batches: poll until the turn is stored.
+        for _ in range(100):
+            trace = await session.call_tool("get_trace", {"turnId": turn_id})
+            if not trace.is_error:
+                break
+            await asyncio.sleep(0.1)
+        report["trace"] = {"error": bool(trace.is_error), "result": trace.structured_content}
+        found = await session.call_tool("search_traces", {"limit": 5})
+        report["search"] = {"error": bool(found.is_error), "result": found.structured_content}
+        bad_search = await session.call_tool("search_traces", {"limit": 0})
+        report["bad_search"] = {"error": bool(bad_search.is_error), "result": bad_search.structured_content}
     return report
 
 
