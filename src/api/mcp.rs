@@ -236,6 +236,30 @@ fn invalid(message: String) -> CallToolResult {
     })
 }
 
+/// A `search_traces` call's arguments as the query string of `GET /v1/traces`.
+fn trace_query(arguments: &Map<String, Json>) -> String {
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    for (key, value) in arguments {
+        let value = match value {
+            Json::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        query.append_pair(key, &value);
+    }
+    query.finish()
+}
+
+/// A `handle_<kind>` call's arguments as the handle id and the body of
+/// `POST /v1/handles/{id}/ops`: `{"version", "op": {"kind", …the other arguments}}`.
+fn handle_request(kind: &str, mut op: Map<String, Json>) -> Result<(String, String), String> {
+    let Some(Json::String(handle)) = op.remove("handle") else {
+        return Err("handle: is required, a string".to_owned());
+    };
+    let version = op.remove("version").unwrap_or(json!(1));
+    op.insert("kind".to_owned(), json!(kind));
+    Ok((handle, json!({"version": version, "op": op}).to_string()))
+}
+
 /// Runs one tool for `caller`.
 async fn run_tool(caller: &Caller, name: &str, arguments: Map<String, Json>) -> CallToolResult {
     let tenant = caller.tenant.as_ref();
@@ -256,17 +280,7 @@ async fn run_tool(caller: &Caller, name: &str, arguments: Map<String, Json>) -> 
             }
         }
         "search_traces" => {
-            let query = {
-                let mut query = url::form_urlencoded::Serializer::new(String::new());
-                for (key, value) in &arguments {
-                    let value = match value {
-                        Json::String(text) => text.clone(),
-                        other => other.to_string(),
-                    };
-                    query.append_pair(key, &value);
-                }
-                query.finish()
-            };
+            let query = trace_query(&arguments);
             answered(traces::search_traces(tenant, &query, state).await)
         }
         "get_trace" => match arguments.get("turnId").and_then(Json::as_str) {
@@ -275,14 +289,12 @@ async fn run_tool(caller: &Caller, name: &str, arguments: Map<String, Json>) -> 
         },
         other => match other.strip_prefix("handle_") {
             Some(kind) if HANDLE_OPERATIONS.iter().any(|(k, _)| *k == kind) => {
-                let mut op = arguments;
-                let Some(Json::String(handle)) = op.remove("handle") else {
-                    return invalid("handle: is required, a string".to_owned());
-                };
-                let version = op.remove("version").unwrap_or(json!(1));
-                op.insert("kind".to_owned(), json!(kind));
-                let body = json!({"version": version, "op": op}).to_string();
-                answered(handles::operate_on(tenant, &handle, body.as_bytes(), state).await)
+                match handle_request(kind, arguments) {
+                    Ok((handle, body)) => {
+                        answered(handles::operate_on(tenant, &handle, body.as_bytes(), state).await)
+                    }
+                    Err(message) => invalid(message),
+                }
             }
             _ => invalid(format!("unknown tool {other:?}")),
         },
@@ -379,4 +391,46 @@ pub(crate) async fn serve_stdio(
     topology.shutdown().await?;
     tracing::info!("ctxd mcp stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tools_are_the_turn_the_handle_operations_and_the_traces() {
+        let tools = CtxdTools::tools();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(names[0], "get_context");
+        for op in crate::handles::request::OPERATIONS {
+            assert!(names.contains(&format!("handle_{op}").as_str()), "{op}");
+        }
+        assert!(names.contains(&"search_traces") && names.contains(&"get_trace"));
+        let turn = &tools[0].input_schema;
+        assert_eq!(turn["required"], json!(["project"]), "{turn:?}");
+        assert!(turn["properties"]["inputs"].is_object());
+    }
+
+    #[test]
+    fn a_handle_call_becomes_the_operation_body() {
+        let arguments = json!({"handle": "h_1", "pattern": "ERROR", "maxResults": 3});
+        let (handle, body) =
+            handle_request("search", arguments.as_object().unwrap().clone()).unwrap();
+        assert_eq!(handle, "h_1");
+        let body: Json = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            body,
+            json!({"version": 1, "op": {"kind": "search", "pattern": "ERROR", "maxResults": 3}})
+        );
+        assert!(handle_request("peek", Map::new()).is_err());
+    }
+
+    #[test]
+    fn trace_arguments_become_the_query_string() {
+        let arguments = json!({"provider": "crm", "limit": 5, "since": "2026-11-30T10:00:00Z"});
+        assert_eq!(
+            trace_query(arguments.as_object().unwrap()),
+            "provider=crm&limit=5&since=2026-11-30T10%3A00%3A00Z"
+        );
+    }
 }
