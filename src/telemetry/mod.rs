@@ -23,6 +23,12 @@ pub(crate) enum LogFormat {
 /// to call more than once (later calls do nothing).
 pub(crate) fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_env("CTXD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // The MCP library logs whole messages (lookup values, turn inputs, rendered context)
+    // below `error`: only its errors are ever shown, whatever CTXD_LOG asks for.
+    let filter = match "rmcp=error".parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

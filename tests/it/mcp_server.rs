@@ -185,6 +185,13 @@ async fn an_mcp_client_works_a_turn_and_its_handle_through_serve() {
     let turn_id = report["context"]["turnId"].as_str().unwrap().to_owned();
     let trace = trace_of(&ctxd, KEY, &turn_id).await;
     assert_eq!(trace["turn"]["turnId"], turn_id.as_str(), "{trace:#}");
+    // ctxd logs at debug here: still no input value, no rendered material.
+    let logs = ctxd.logs();
+    assert!(!logs.contains(VALUE), "an input value was logged:\n{logs}");
+    assert!(
+        !logs.contains("payment failed"),
+        "provider material was logged"
+    );
 
     // A wrong key: refused before any MCP message is read.
     let url = ctxd.url("/mcp");
