@@ -198,6 +198,8 @@ async fn errors_sizes_and_secrets_are_refused_as_every_provider_answer_is() {
     let cases = [
         ("fail", ProviderStatus::Unavailable, "TOOL_ERROR"),
         ("big", ProviderStatus::LimitExceeded, "RESPONSE_TOO_LARGE"),
+        ("many", ProviderStatus::LimitExceeded, "TOO_MANY_ITEMS"),
+        ("wide", ProviderStatus::LimitExceeded, "ITEM_TOO_LARGE"),
         ("aws", ProviderStatus::SecretDetected, "aws_access_key_id"),
     ];
     for (tool, status, detail) in cases {

@@ -6,7 +6,7 @@
 Tools take the lookup value as `customer`: `lookup` answers, `profile` answers with
 structured content, `fail` returns an error, `hang` never answers (and writes
 $MCP_TEST_MARKS/cancelled when the call is cancelled), `die` exits the process mid-call,
-`big` returns 2 MiB, `aws` returns an AWS access key id, `reflect` returns the bearer
+`big` returns 2 MiB, `many` seven text blocks, `wide` one of 100 KiB, `aws` returns an AWS access key id, `reflect` returns the bearer
 token it was sent, `env` reports which environment variables it sees. The resource
 template `customers://{customer}/profile` reads a customer's profile.
 """
@@ -16,6 +16,7 @@ import os
 import sys
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import TextContent
 from pydantic import BaseModel
 from mcp.server.mcpserver.exceptions import ToolError
 
@@ -76,6 +77,18 @@ def die(customer: str) -> str:
 def big(customer: str) -> str:
     """Two MiB of text."""
     return "x" * (2 * 1024 * 1024)
+
+
+@server.tool()
+def many(customer: str) -> list[TextContent]:
+    """Seven text blocks: seven items."""
+    return [TextContent(type="text", text=f"note {i} for {customer}") for i in range(7)]
+
+
+@server.tool()
+def wide(customer: str) -> str:
+    """One item of 100 KiB: within the answer's bound, over an item's."""
+    return "y" * (100 * 1024)
 
 
 @server.tool()
