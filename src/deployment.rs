@@ -475,6 +475,7 @@ fn check_binding_use(
         }
     }
     for (id, name) in binding.binding.secret_envs() {
+        let key = binding.binding.providers[id].kind.secret_key();
         let state = match env.get(name) {
             None => "is not set",
             Some("") => "is empty",
@@ -482,7 +483,7 @@ fn check_binding_use(
         };
         problems.add(
             &binding_file,
-            secret_problem(id, name, state),
+            secret_problem(id, key, name, state),
             Some(tenant_index),
             ProblemKind::Secret {
                 binding: binding.path.clone(),
@@ -493,11 +494,12 @@ fn check_binding_use(
     }
 }
 
-/// The `secret_env` of `provider` lacks its value (`state`: `is not set`, `is empty`).
-fn secret_problem(provider: &str, name: &str, state: &str) -> Problem {
+/// The secret reference `key` (`secret_env`, `auth_env`) of `provider` lacks its value
+/// (`state`: `is not set`, `is empty`).
+fn secret_problem(provider: &str, key: &str, name: &str, state: &str) -> Problem {
     databases::at_key(
         provider,
-        "secret_env",
+        key,
         format!("environment variable {name:?} {state}: provider {provider:?} cannot authenticate"),
     )
 }
@@ -557,7 +559,9 @@ impl SetupError {
     /// `validate` uses, so `serve`, `validate` and `doctor` say it alike.
     pub(crate) fn problem(&self, provider: &str) -> Problem {
         match self {
-            SetupError::SecretNotSet(name) => secret_problem(provider, name, "is not set"),
+            SetupError::SecretNotSet(name) => {
+                secret_problem(provider, "secret_env", name, "is not set")
+            }
             SetupError::Http(error) => {
                 let key = match error {
                     HttpSetupError::EmptySecret | HttpSetupError::SecretNotAHeaderValue => {
@@ -571,8 +575,8 @@ impl SetupError {
                 databases::at_key(provider, key, error.to_string())
             }
             SetupError::Sqlite(error) => databases::at_key(provider, error.key(), error.reason()),
-            SetupError::McpTokenNotSet(_) => {
-                databases::at_key(provider, "auth_env", self.to_string())
+            SetupError::McpTokenNotSet(name) => {
+                secret_problem(provider, "auth_env", name, "is not set")
             }
         }
     }

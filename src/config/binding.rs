@@ -131,6 +131,14 @@ impl ProviderKind {
         }
     }
 
+    /// The key that names this provider's secret env var.
+    pub(crate) fn secret_key(&self) -> &'static str {
+        match self {
+            ProviderKind::Mcp(_) => "auth_env",
+            _ => "secret_env",
+        }
+    }
+
     /// The env var holding this provider's secret, if any.
     pub(crate) fn secret_env(&self) -> Option<&str> {
         match self {

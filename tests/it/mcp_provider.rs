@@ -590,3 +590,33 @@ async fn concurrent_lookups_share_one_session() {
         "one stdio child for every call"
     );
 }
+
+#[test]
+fn validate_names_an_unset_mcp_token_by_its_key() {
+    let project = serde_json::json!({
+        "id": "acme", "version": "1.0.0",
+        "providers": [{"id": "crm", "name": "CRM", "lookup": {"input": "customerId"}}],
+        "layers": [{"id": "account", "name": "Account", "bindings": [{"provider": "crm"}]}]
+    })
+    .to_string();
+    let binding = http_binding("https://mcp.example.com/mcp", "lookup");
+    let deployment = crate::server::Deployment::new(&[crate::server::TenantSpec::new(
+        "acme", "acme-key", project, binding,
+    )]);
+    let output = crate::support::ctxd()
+        .args(["validate", "--config"])
+        .arg(&deployment.config)
+        .env_remove("CRM_MCP_TOKEN")
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.status.code(), Some(1), "{all}");
+    assert!(
+        all.contains("providers.crm.auth_env: environment variable \"CRM_MCP_TOKEN\" is not set"),
+        "{all}"
+    );
+}
