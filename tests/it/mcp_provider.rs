@@ -181,6 +181,14 @@ async fn structured_content_becomes_metadata_and_resources_are_read_by_uri() {
     assert_eq!(item.metadata["customer"], "c-3");
     tool.close();
 
+    // A failed read fails: no answer kept from an earlier read stands in for it.
+    let flaky = scene.stdio("resource = \"flaky://{customer}\"");
+    let first = lookup(&flaky, "c-9").await;
+    assert_eq!(first.status(), ProviderStatus::Ok, "{first:?}");
+    let second = lookup(&flaky, "c-9").await;
+    assert_failed(&second, ProviderStatus::Unavailable, "TOOL_ERROR");
+    flaky.close();
+
     let resource = scene.stdio("resource = \"customers://{customer}/profile\"");
     let outcome = lookup(&resource, "c-9").await;
     assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");

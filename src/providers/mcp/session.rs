@@ -10,7 +10,7 @@ use crate::outcome::Failure;
 use crate::providers::redact::redacted;
 use rmcp::ServiceExt;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation as PeerImplementation};
-use rmcp::service::ClientInitializeError;
+use rmcp::service::{ClientCacheConfig, ClientInitializeError};
 use rmcp::service::{Peer, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::streamable_http_client::{
@@ -97,6 +97,12 @@ pub(crate) async fn supervise(
         };
         match attempt {
             Ok(running) => {
+                // ctxd's own response cache decides what may be reused (`cache`), and a
+                // failed call must fail: no client-side cache, no stale answer on error.
+                running
+                    .peer()
+                    .set_response_cache_config(ClientCacheConfig::disabled())
+                    .await;
                 let since = Instant::now();
                 tracing::info!(provider = %provider, "mcp session initialized");
                 state.send_replace(SessionState::Up(running.peer().clone()));

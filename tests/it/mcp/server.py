@@ -8,7 +8,8 @@ structured content, `fail` returns an error, `hang` never answers (and writes
 $MCP_TEST_MARKS/cancelled when the call is cancelled), `die` exits the process mid-call,
 `big` returns 2 MiB, `many` seven text blocks, `wide` one of 100 KiB, `aws` returns an AWS access key id, `reflect` returns the bearer
 token it was sent, `env` reports which environment variables it sees. The resource
-template `customers://{customer}/profile` reads a customer's profile.
+template `customers://{customer}/profile` reads a customer's profile; `flaky://{customer}`
+answers once, then fails.
 """
 
 import asyncio
@@ -115,6 +116,18 @@ def env(customer: str) -> str:
 def customer_profile(customer: str) -> str:
     """A customer's profile, by URI."""
     return f"profile of {customer}"
+
+
+READS = {"flaky": 0}
+
+
+@server.resource("flaky://{customer}")
+def flaky(customer: str) -> str:
+    """Answers the first read, fails every later one."""
+    READS["flaky"] += 1
+    if READS["flaky"] > 1:
+        raise ValueError("the backend is down")
+    return f"first read of {customer}"
 
 
 def main() -> None:
