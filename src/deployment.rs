@@ -511,8 +511,8 @@ fn check_binding_use(
     }
 }
 
-/// The env var `provider` names at `key` lacks its value (`state`: `is not set`, `is
-/// empty`).
+/// The secret reference `key` (`secret_env`, `auth_env`) of `provider` lacks its value
+/// (`state`: `is not set`, `is empty`).
 fn secret_problem(provider: &str, key: &str, name: &str, state: &str) -> Problem {
     databases::at_key(
         provider,
@@ -567,6 +567,9 @@ pub(crate) enum SetupError {
     Sqlite(#[from] SqliteSetupError),
     #[error(transparent)]
     Postgres(#[from] PostgresSetupError),
+    /// The MCP token's env var (`auth_env`) is not set.
+    #[error("environment variable {0:?} is not set")]
+    McpTokenNotSet(String),
 }
 
 impl SetupError {
@@ -592,6 +595,9 @@ impl SetupError {
             }
             SetupError::Sqlite(error) => databases::at_key(provider, error.key(), error.reason()),
             SetupError::Postgres(error) => databases::at_key(provider, error.key(), error.reason()),
+            SetupError::McpTokenNotSet(name) => {
+                secret_problem(provider, "auth_env", name, "is not set")
+            }
         }
     }
 }
@@ -638,6 +644,19 @@ pub(crate) async fn build_implementation(
             let provider =
                 PostgresProvider::open(dsn_env, env.get(dsn_env), query, &binding.pool).await?;
             Ok(Implementation::Postgres(provider))
+        }
+        ProviderKind::Mcp(mcp) => {
+            let connection =
+                crate::providers::mcp::connection_for(mcp, |name| env.get(name).map(str::to_owned))
+                    .map_err(SetupError::McpTokenNotSet)?;
+            Ok(Implementation::Mcp(
+                crate::providers::mcp::McpProvider::new(
+                    &binding.id,
+                    mcp,
+                    connection,
+                    Some(binding.max_concurrency),
+                ),
+            ))
         }
     }
 }

@@ -17,6 +17,7 @@ pub(crate) mod detail {
     pub(crate) const CREDENTIAL_REFLECTED: &str = "CREDENTIAL_REFLECTED";
     pub(crate) const UNAUTHORIZED: &str = "UNAUTHORIZED";
     pub(crate) const CONNECT_FAILED: &str = "CONNECT_FAILED";
+    pub(crate) const TOOL_ERROR: &str = "TOOL_ERROR";
     pub(crate) const CONNECTION_RESET: &str = "CONNECTION_RESET";
     pub(crate) const RESPONSE_TOO_LARGE: &str = "RESPONSE_TOO_LARGE";
     pub(crate) const TOO_MANY_ITEMS: &str = "TOO_MANY_ITEMS";
@@ -115,6 +116,8 @@ pub enum Failure {
     MappingFailed,
     /// The value cannot be a path segment (`.` or `..`): the request was not sent.
     ValueNotAPathSegment,
+    /// An MCP server answered the call with an error (`isError`, or a JSON-RPC error).
+    ToolError,
     /// A failure as a fixture or a trace record states it. The status is never `OK` or
     /// `NOT_FOUND` (see [`Outcome::stated`]).
     Stated {
@@ -137,7 +140,8 @@ impl Failure {
             | Failure::PoolClosed
             | Failure::DatabaseError
             | Failure::RateLimited
-            | Failure::BackingOff => S::Unavailable,
+            | Failure::BackingOff
+            | Failure::ToolError => S::Unavailable,
             Failure::RequestRefused(_) | Failure::ValueNotAPathSegment => S::InvalidRequest,
             Failure::NotJson | Failure::NoItemList | Failure::MappingFailed => S::InvalidResponse,
             Failure::Deadline | Failure::PoolExhausted => S::Timeout,
@@ -167,6 +171,7 @@ impl Failure {
             Failure::HttpStatus(code) => http_code_detail(*code),
             Failure::PoolClosed => detail::POOL_CLOSED,
             Failure::DatabaseError => detail::DATABASE_ERROR,
+            Failure::ToolError => detail::TOOL_ERROR,
             Failure::RedirectRefused => detail::REDIRECT_REFUSED,
             Failure::Malformed | Failure::RequestUnencodable => detail::MALFORMED,
             Failure::ResponseTooLarge => detail::RESPONSE_TOO_LARGE,

@@ -289,6 +289,7 @@ impl Actor for ProviderActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
+        self.gate.implementation.start();
         self.probe(ctx);
         ctx.run_interval(PROBE_INTERVAL, |actor, ctx| actor.probe(ctx));
     }

@@ -95,7 +95,6 @@ async fn operate(
     payload: web::Payload,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
-    let registry = &state.registry;
     let id = path.into_inner();
     if !is_valid_id(&id) {
         return Err(counted(
@@ -106,12 +105,30 @@ async fn operate(
     let body = read_json_body(&request, payload, &state)
         .await
         .map_err(|error| counted("unknown", error))?;
+    operate_on(&tenant, &id, &body, &state).await
+}
+
+/// One operation on handle `id` from its JSON body (`POST /v1/handles/{id}/ops` and the
+/// MCP `handle_*` tools alike).
+pub(crate) async fn operate_on(
+    tenant: &Tenant,
+    id: &str,
+    body: &[u8],
+    state: &ApiState,
+) -> Result<HttpResponse, ApiError> {
+    let registry = &state.registry;
+    if !is_valid_id(id) {
+        return Err(counted(
+            "unknown",
+            ApiError::Handle(HandleError::InvalidHandle),
+        ));
+    }
     let store = &registry.handles;
-    let parsed = request::parse(&body, &store.settings().limits);
+    let parsed = request::parse(body, &store.settings().limits);
     let prepared = attempt::prepare(
         store,
         &tenant.id,
-        &id,
+        id,
         parsed,
         SystemTime::now(),
         &SystemClock,

@@ -20,6 +20,7 @@ mod drain;
 mod envelope;
 mod errors;
 mod handles;
+mod mcp;
 mod rate;
 mod routes;
 mod tenant;
@@ -27,6 +28,7 @@ mod traces;
 
 pub(crate) use drain::{Drained, drain};
 pub(crate) use errors::ApiError;
+pub(crate) use mcp::serve_stdio as serve_mcp_stdio;
 #[cfg(test)]
 pub(crate) use routes::parse_turn;
 pub(crate) use tenant::Tenant;
@@ -163,6 +165,7 @@ pub(crate) fn server(
                 .configure(routes::configure)
                 .configure(traces::configure)
                 .configure(handles::configure)
+                .configure(mcp::configure)
                 .default_service(web::to(routes::not_found));
             let stopping = stopping.clone();
             let http = actix_http::HttpService::build()

@@ -153,36 +153,43 @@ async fn turn(
 ) -> Result<HttpResponse, ApiError> {
     let (tenant, result) = match tenant {
         Ok(tenant) => {
-            let result = answer_turn(&tenant, &request, payload, &state, &coordinator).await;
+            let result = match read_json_body(&request, payload, &state).await {
+                Ok(body) => answer_turn(&tenant, &body, &state, &coordinator).await,
+                Err(error) => Err(error),
+            };
             (Some(tenant), result)
         }
         Err(refused) => (None, Err(refused)),
     };
-    let outcome = match &result {
+    count_turn(tenant.as_ref(), &result);
+    result.map(|response| HttpResponse::Ok().json(response))
+}
+
+/// Counts a turn by how it ended (`/v1/turns` and the MCP `get_context` tool alike).
+pub(crate) fn count_turn(tenant: Option<&Tenant>, result: &Result<TurnResponse, ApiError>) {
+    let outcome = match result {
         Ok(response) if response.result.blocked => "blocked",
         Ok(_) => "answered",
         Err(error) => error.metric_outcome(),
     };
     TurnEnded {
-        tenant: tenant.as_ref().map(|t| t.id.as_str()),
+        tenant: tenant.map(|t| t.id.as_str()),
         outcome,
     }
     .emit();
-    result.map(|response| HttpResponse::Ok().json(response))
 }
 
-/// Answers one turn of an authenticated tenant.
-async fn answer_turn(
+/// Answers one turn of an authenticated tenant from its JSON body (`/v1/turns` and the
+/// MCP `get_context` tool alike).
+pub(crate) async fn answer_turn(
     tenant: &Tenant,
-    request: &HttpRequest,
-    payload: web::Payload,
+    body: &[u8],
     state: &ApiState,
     coordinator: &Addr<Coordinator>,
 ) -> Result<TurnResponse, ApiError> {
     let registry = &state.registry;
     let tenant = Arc::clone(tenant.runtime());
-    let body = read_json_body(request, payload, state).await?;
-    let turn = parse_turn(&body, state.requests.max_input_keys)?;
+    let turn = parse_turn(body, state.requests.max_input_keys)?;
     let in_flight = InFlight::enter(tenant)?;
     let tenant = Arc::clone(&in_flight.0);
     // Bounded like every request-path message: the turn's own deadline bounds the

@@ -23,6 +23,15 @@ pub(crate) struct Tenant {
 }
 
 impl Tenant {
+    /// The tenant a local process acts for (`ctxd mcp` over stdio): named on its command
+    /// line by whoever started it, not by a key; counted in flight like a request.
+    pub(crate) fn local(runtime: Arc<TenantRuntime>, admitted: Admitted) -> Tenant {
+        Tenant {
+            runtime,
+            _admitted: admitted,
+        }
+    }
+
     pub(crate) fn runtime(&self) -> &Arc<TenantRuntime> {
         &self.runtime
     }

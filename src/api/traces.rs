@@ -135,7 +135,17 @@ async fn search(
     request: HttpRequest,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
-    let query = parse_search(request.query_string(), &tenant.id)?;
+    search_traces(&tenant, request.query_string(), &state).await
+}
+
+/// A page of the tenant's traces for a query string (`GET /v1/traces` and the MCP
+/// `search_traces` tool alike).
+pub(crate) async fn search_traces(
+    tenant: &Tenant,
+    query: &str,
+    state: &ApiState,
+) -> Result<HttpResponse, ApiError> {
+    let query = parse_search(query, &tenant.id)?;
     let mut checkout = check_out_reader(&state.registry).await?;
     let page = web::block(move || checkout.reader()?.search(&query))
         .await
@@ -152,7 +162,16 @@ async fn show(
     path: web::Path<String>,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {
-    let turn_id = path.into_inner();
+    show_trace(&tenant, path.into_inner(), &state).await
+}
+
+/// One of the tenant's turns with its provenance (`GET /v1/traces/{turn_id}` and the
+/// MCP `get_trace` tool alike).
+pub(crate) async fn show_trace(
+    tenant: &Tenant,
+    turn_id: String,
+    state: &ApiState,
+) -> Result<HttpResponse, ApiError> {
     let tenant_id = tenant.id.clone();
     let id = turn_id.clone();
     let mut checkout = check_out_reader(&state.registry).await?;

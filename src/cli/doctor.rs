@@ -655,6 +655,10 @@ async fn check_provider(
         Implementation::Postgres(postgres) => {
             postgres::check_postgres(&mut report, &subject, provider, postgres).await
         }
+        Implementation::Mcp(mcp) => match mcp.check(SQLITE_CHECK_LIMIT).await {
+            Ok(found) => report.ok(&subject, format!("{}: {found}", target(provider))),
+            Err(problem) => report.fail(&subject, format!("{}: {problem}", target(provider))),
+        },
     }
     implementation.close();
     report.checks
@@ -669,6 +673,7 @@ fn target(provider: &ProviderBinding) -> String {
         }
         ProviderKind::Rest(spec) => format!("endpoint {}", spec.endpoint),
         ProviderKind::Postgres { dsn_env, .. } => format!("the server named in {dsn_env}"),
+        ProviderKind::Mcp(mcp) => crate::providers::mcp::target(mcp),
     }
 }
 

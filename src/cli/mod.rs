@@ -3,6 +3,7 @@
 
 mod build;
 mod doctor;
+mod mcp;
 mod output;
 mod preview;
 mod provider_check;
@@ -50,6 +51,9 @@ pub(crate) enum Command {
     /// Check a context-provider.v1 endpoint against the contract, rule by rule (exit 1 if
     /// any rule fails)
     ProviderCheck(provider_check::ProviderCheckArgs),
+    /// Serve the MCP tools (get_context, handle_*, search_traces, get_trace) for one
+    /// tenant on standard input/output
+    Mcp(mcp::McpArgs),
 }
 
 /// Output of commands that print either for people or as JSON.
@@ -71,6 +75,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Traces(args) => traces::run(&args),
         Command::Doctor(args) => doctor::run(&args),
         Command::ProviderCheck(args) => provider_check::run(&args),
+        Command::Mcp(args) => mcp::run(&args),
     }
 }
 

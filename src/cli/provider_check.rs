@@ -72,7 +72,24 @@ pub(crate) struct ProviderCheckArgs {
     /// and their counts as one object
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub(crate) format: Format,
+    /// Check an MCP server (streamable HTTP at URL) instead: the tool a lookup calls
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "mcp_argument",
+        conflicts_with = "mcp_resource"
+    )]
+    pub(crate) mcp_tool: Option<String>,
+    /// With --mcp-tool: the tool argument that receives the lookup value
+    #[arg(long, value_name = "NAME", requires = "mcp_tool")]
+    pub(crate) mcp_argument: Option<String>,
+    /// Check an MCP server instead: the resource URI template a lookup reads, with one
+    /// {slot} for the value
+    #[arg(long, value_name = "TEMPLATE")]
+    pub(crate) mcp_resource: Option<String>,
 }
+
+mod mcp;
 
 pub(crate) use super::HumanOrJson as Format;
 
@@ -211,9 +228,15 @@ pub(crate) fn run(args: &ProviderCheckArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let conformance = match &args.binding {
-        Some(binding) => runtime.block_on(rest::check(binding, args, &EnvVars::from_process()))?,
-        None => {
+    let conformance = match (&args.binding, mcp_lookup(args)?) {
+        (Some(binding), _) => {
+            runtime.block_on(rest::check(binding, args, &EnvVars::from_process()))?
+        }
+        (None, Some(lookup)) => {
+            let target = target(args, &EnvVars::from_process())?;
+            runtime.block_on(mcp::check(&target, lookup))
+        }
+        (None, None) => {
             let target = target(args, &EnvVars::from_process())?;
             runtime.block_on(check(&target))?
         }
@@ -238,6 +261,29 @@ fn is_postgres_dsn(text: &str) -> bool {
             && ["host=", "dbname=", "user=", "password="]
                 .iter()
                 .any(|key| lower.split_whitespace().any(|word| word.starts_with(key))))
+}
+
+/// The MCP lookup the arguments describe, if the check is of an MCP server.
+fn mcp_lookup(args: &ProviderCheckArgs) -> anyhow::Result<Option<crate::config::McpLookup>> {
+    use crate::config::McpLookup;
+    Ok(
+        match (&args.mcp_tool, &args.mcp_argument, &args.mcp_resource) {
+            (Some(tool), Some(argument), _) => Some(McpLookup::Tool {
+                tool: tool.clone(),
+                argument: argument.clone(),
+                fixed: serde_json::Map::new(),
+            }),
+            (_, _, Some(template)) => {
+                if let Some(problem) = crate::config::mcp_template_problem(template) {
+                    bail!("--mcp-resource: {problem}");
+                }
+                Some(McpLookup::Resource {
+                    template: template.clone(),
+                })
+            }
+            _ => None,
+        },
+    )
 }
 
 /// Checks the arguments; an error names the argument and never shows the secret or the
@@ -836,6 +882,9 @@ mod tests {
             let args = ProviderCheckArgs {
                 url: text.to_owned(),
                 binding: None,
+                mcp_tool: None,
+                mcp_argument: None,
+                mcp_resource: None,
                 secret_env: None,
                 value: "CUST-1042".to_owned(),
                 key: "customerId".to_owned(),

@@ -24,12 +24,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use url::Url;
 
+mod mcp;
 mod postgres;
 mod query;
 mod rest;
 mod rest_presets;
 mod settings;
 
+pub(crate) use mcp::template_problem as mcp_template_problem;
+pub use mcp::{McpBinding, McpLookup, McpTransport};
 pub use rest::RestSpec;
 pub(crate) use rest::{Mapping, RestAuth, RestMethod, Segment, Template};
 
@@ -40,9 +43,9 @@ const MAX_VERSION_CHARS: usize = 128;
 pub const DEFAULT_RETENTION_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Provider types this version serves.
-const SUPPORTED_TYPES: &str = "http, sqlite, rest, postgres";
+const SUPPORTED_TYPES: &str = "http, sqlite, rest, postgres, mcp";
 /// Provider types the product defines but this version does not serve yet.
-const LATER_TYPES: &[&str] = &["mcp"];
+const LATER_TYPES: &[&str] = &[];
 /// Keys that say *which* implementation serves a provider: never in `[defaults]`.
 const IDENTITY_KEYS: &[&str] = &[
     "type",
@@ -129,6 +132,8 @@ pub enum ProviderKind {
         dsn_env: String,
         query: String,
     },
+    /// An MCP server reached over streamable HTTP or stdio.
+    Mcp(McpBinding),
 }
 
 impl ProviderKind {
@@ -139,16 +144,18 @@ impl ProviderKind {
             ProviderKind::Sqlite { .. } => "sqlite",
             ProviderKind::Rest(_) => "rest",
             ProviderKind::Postgres { .. } => "postgres",
+            ProviderKind::Mcp(_) => "mcp",
         }
     }
 
     /// The key naming that env var, for messages: `secret_env`; for rest, `auth` (or a
-    /// preset's `token_env`); for postgres, `dsn_env`.
+    /// preset's `token_env`); for postgres, `dsn_env`; for mcp, `auth_env`.
     pub(crate) fn secret_env_key(&self) -> &'static str {
         match self {
             ProviderKind::Rest(spec) if spec.preset.is_some() => "token_env",
             ProviderKind::Rest(_) => "auth",
             ProviderKind::Postgres { .. } => "dsn_env",
+            ProviderKind::Mcp(_) => "auth_env",
             _ => "secret_env",
         }
     }
@@ -160,6 +167,7 @@ impl ProviderKind {
             ProviderKind::Sqlite { .. } => None,
             ProviderKind::Rest(spec) => spec.auth.secret_env(),
             ProviderKind::Postgres { dsn_env, .. } => Some(dsn_env),
+            ProviderKind::Mcp(mcp) => mcp.auth_env(),
         }
     }
 }
@@ -432,14 +440,27 @@ fn check_provider(
     let before = problems.len();
     problems.id(path, "provider", id);
 
-    postgres::refuse_inline_dsn(problems, path, &mut table);
+    let is_mcp = table.get("type").and_then(toml::Value::as_str) == Some("mcp");
+    postgres::refuse_inline_dsn(problems, path, &mut table, is_mcp);
     let known: Vec<&str> = IDENTITY_KEYS
         .iter()
         .chain(SETTING_KEYS)
         .chain(rest::REST_KEYS)
+        .chain(mcp::MCP_KEYS)
         .copied()
         .collect();
     unknown_keys(problems, path, &table, &known);
+    // The MCP keys go to their own check; on a provider of another type, one that is not
+    // that type's own key is reported.
+    let mut mcp_table = toml::Table::new();
+    for key in mcp::MCP_KEYS {
+        if !is_mcp && IDENTITY_KEYS.contains(key) {
+            continue;
+        }
+        if let Some(value) = table.remove(*key) {
+            mcp_table.insert((*key).to_owned(), value);
+        }
+    }
     let mut rest_keys = toml::Table::new();
     for key in rest::REST_KEYS {
         if let Some(value) = table.remove(*key) {
@@ -458,7 +479,41 @@ fn check_provider(
     let own = settings.map(|settings| check_settings(problems, path, settings));
     let (identity, own) = (identity?, own?);
 
-    let kind = check_kind(problems, path, &identity, base_dir, rest_keys);
+    let kind = if identity.kind.as_deref() == Some("mcp") {
+        for key in ["endpoint", "secret_env", "database", "query", "dsn_env"] {
+            let present = match key {
+                "endpoint" => identity.endpoint.is_some(),
+                "secret_env" => identity.secret_env.is_some(),
+                "database" => identity.database.is_some(),
+                "dsn_env" => identity.dsn_env.is_some(),
+                _ => identity.query.is_some(),
+            };
+            if present {
+                problems.add(
+                    &key_path(path, key),
+                    format!("`{key}` is not a setting of mcp providers"),
+                );
+            }
+        }
+        for key in rest_keys.keys() {
+            problems.add(
+                &key_path(path, key),
+                format!("`{key}` is a setting of rest providers only"),
+            );
+        }
+        mcp::check_mcp(problems, path, &mcp_table)
+            .map(|(mcp, written)| (ProviderKind::Mcp(mcp), written))
+    } else {
+        if let Some(kind) = identity.kind.as_deref() {
+            for key in mcp_table.keys() {
+                problems.add(
+                    &key_path(path, key),
+                    format!("`{key}` is a setting of mcp providers, not of {kind} providers"),
+                );
+            }
+        }
+        check_kind(problems, path, &identity, base_dir, rest_keys)
+    };
     if let Some(name) = &identity.secret_env {
         problems.env_name(&key_path(path, "secret_env"), name);
     }
@@ -1143,12 +1198,8 @@ mod tests {
     fn provider_types() {
         for (kind, needle) in [
             (
-                "mcp",
-                "\"mcp\" is not available in this version (supported: http, sqlite, rest, postgres)",
-            ),
-            (
                 "grpc",
-                "unknown provider type \"grpc\" (supported: http, sqlite, rest, postgres)",
+                "unknown provider type \"grpc\" (supported: http, sqlite, rest, postgres, mcp)",
             ),
             ("HTTP", "unknown provider type \"HTTP\""),
         ] {
@@ -1158,7 +1209,7 @@ mod tests {
         assert_one_problem(
             "revision = \"r1\"\n[providers.x]\ntimeout_ms = 100\n",
             "providers.x.type",
-            "is required (supported: http, sqlite, rest, postgres)",
+            "is required (supported: http, sqlite, rest, postgres, mcp)",
         );
     }
 

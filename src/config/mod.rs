@@ -19,11 +19,13 @@ mod env;
 mod server;
 mod trace_store;
 
+pub(crate) use binding::mcp_template_problem;
 pub use binding::{
     Binding, CacheSettings, CircuitSettings, DEFAULT_RETENTION_TTL, DEFAULT_TIMEOUT_MS,
     ProviderBinding, ProviderKind, RestSpec, Retention,
 };
 pub(crate) use binding::{Mapping, RestAuth, RestMethod, Segment, Template};
+pub use binding::{McpBinding, McpLookup, McpTransport};
 pub(crate) use env::EnvVars;
 pub(crate) use server::{
     ApiKey, EnvironmentNeed, Limits, MetricsSettings, ServerConfig, ServerSettings, TenantConfig,

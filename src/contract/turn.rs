@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// `POST /v1/turns`. Unknown fields are refused, naming the field.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, rmcp::schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TurnRequest {
     pub project: String,
@@ -20,6 +21,7 @@ pub struct TurnRequest {
     /// A duplicate key is refused like a duplicate field; a value that is not a string is
     /// refused by its kind, never echoed.
     #[serde(default, deserialize_with = "input_map")]
+    #[schemars(with = "BTreeMap<String, String>")]
     pub inputs: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<TurnBudget>,
@@ -128,7 +130,8 @@ impl<'de> Visitor<'de> for InputValueVisitor {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, rmcp::schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TurnBudget {
     pub max_bytes: usize,

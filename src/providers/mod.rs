@@ -7,6 +7,7 @@
 pub mod bounds;
 pub(crate) mod endpoint;
 pub mod http;
+pub mod mcp;
 pub mod postgres;
 pub mod redact;
 pub mod rest;
@@ -137,6 +138,7 @@ pub(crate) enum Implementation {
     Sqlite(sqlite::SqliteProvider),
     Rest(rest::RestProvider),
     Postgres(postgres::PostgresProvider),
+    Mcp(mcp::McpProvider),
 }
 
 /// What a readiness probe learned.
@@ -153,6 +155,7 @@ impl Implementation {
             Implementation::Sqlite(_) => "sqlite",
             Implementation::Rest(_) => "rest",
             Implementation::Postgres(_) => "postgres",
+            Implementation::Mcp(_) => "mcp",
         }
     }
 
@@ -162,6 +165,7 @@ impl Implementation {
             Implementation::Sqlite(provider) => provider.lookup(call).await,
             Implementation::Rest(provider) => provider.lookup(call).await,
             Implementation::Postgres(provider) => provider.lookup(call).await,
+            Implementation::Mcp(provider) => provider.lookup(call).await,
         }
     }
 
@@ -193,6 +197,18 @@ impl Implementation {
                     Err(_) => Err("TIMEOUT".to_owned()),
                 }
             }
+            Implementation::Mcp(provider) => provider
+                .probe(deadline)
+                .await
+                .map(|version| ProbeReport { version }),
+        }
+    }
+
+    /// Starts what the implementation runs in the background (an MCP session and its
+    /// stdio child), on the current runtime: the provider actor calls it when it starts.
+    pub(crate) fn start(&self) {
+        if let Implementation::Mcp(provider) = self {
+            provider.start();
         }
     }
 
@@ -201,6 +217,7 @@ impl Implementation {
         match self {
             Implementation::Sqlite(provider) => provider.close(),
             Implementation::Postgres(provider) => provider.close(),
+            Implementation::Mcp(provider) => provider.close(),
             Implementation::Http(_) | Implementation::Rest(_) => {}
         }
     }

@@ -28,6 +28,11 @@ pub(crate) fn init_logging(format: LogFormat) {
     if let Ok(directive) = "tokio_postgres=warn".parse() {
         filter = filter.add_directive(directive);
     }
+    // The MCP library logs whole messages (lookup values, turn inputs, rendered context)
+    // below `error`: only its errors are ever shown, whatever CTXD_LOG asks for.
+    if let Ok(directive) = "rmcp=error".parse() {
+        filter = filter.add_directive(directive);
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -11,6 +11,8 @@ mod cli_test;
 mod cli_validate;
 mod handles;
 mod http_provider;
+mod mcp_provider;
+mod mcp_server;
 mod metrics;
 mod postgres_provider;
 mod prometheus;

@@ -10,9 +10,18 @@ use serde_json::{Value as Json, json};
 const INLINE_DSN_KEYS: &[&str] = &["dsn", "url", "connection_string", "database_url"];
 
 /// Refuses (and removes) a connection string written in the provider's table: it may
-/// carry a password, so it belongs in the environment.
-pub(super) fn refuse_inline_dsn(problems: &mut Problems, path: &str, table: &mut toml::Table) {
+/// carry a password, so it belongs in the environment. An mcp provider's `url` is its
+/// endpoint, checked by the endpoint rules (which refuse credentials in it).
+pub(super) fn refuse_inline_dsn(
+    problems: &mut Problems,
+    path: &str,
+    table: &mut toml::Table,
+    is_mcp: bool,
+) {
     for key in INLINE_DSN_KEYS {
+        if is_mcp && *key == "url" {
+            continue;
+        }
         if table.remove(*key).is_some() {
             problems.add(
                 &key_path(path, key),

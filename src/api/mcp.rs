@@ -1,0 +1,436 @@
+//! ctxd as an MCP server: `/mcp` (streamable HTTP, stateless, JSON answers) for the
+//! tenant whose API key the request carries. The protocol is rmcp's
+//! [`StreamableHttpService`]; this module bridges an actix request to it and back, and
+//! offers the tools.
+//!
+//! Every tool is its HTTP twin's code path, not a copy: `get_context` runs
+//! [`routes::answer_turn`] (and counts the turn like `/v1/turns`), the `handle_*` tools
+//! run [`handles::operate_on`] with the body `{"version", "op": {"kind", …}}`,
+//! `search_traces` and `get_trace` run [`traces::search_traces`] and
+//! [`traces::show_trace`] — the same parsing, limits, traces and metrics. A tool's answer
+//! is the HTTP answer's JSON as structured content; an API error is a tool error whose
+//! content is the error envelope.
+
+use super::{ApiError, ApiState, Tenant, handles, routes, traces};
+use crate::actors::Coordinator;
+use crate::contract::TurnRequest;
+use actix::Addr;
+use actix_web::body::MessageBody;
+use actix_web::{HttpRequest, HttpResponse, web};
+use http_body_util::BodyExt;
+use rmcp::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Map, Value as Json, json};
+use std::sync::Arc;
+
+/// The handle operations offered as `handle_<kind>` tools (docs/HANDLES.md).
+const HANDLE_OPERATIONS: &[(&str, &str)] = &[
+    (
+        "metadata",
+        "The handle's size: bytes, characters and lines, or items.",
+    ),
+    (
+        "peek",
+        "The start or end of the material: exactly one of head: N, tail: N (characters or items), or item: i.",
+    ),
+    (
+        "slice",
+        "A range: start and length (characters of text, or items).",
+    ),
+    (
+        "search",
+        "Lines that contain pattern (literal, case-sensitive, 1..=1024 bytes).",
+    ),
+    ("partition", "Chunks: by (size | lines) and size >= 1."),
+    (
+        "map",
+        "A function per line or item: function is identity | lowercase | uppercase | length.",
+    ),
+    ("reduce", "One value: function is count | byte_count."),
+];
+
+pub(crate) fn configure(config: &mut web::ServiceConfig) {
+    config.route("/mcp", web::route().to(endpoint));
+}
+
+/// What a tool call acts for: the authenticated tenant and the worker's state. Carried
+/// to the handler in the request's extensions.
+#[derive(Clone)]
+struct Caller {
+    tenant: Arc<Tenant>,
+    state: web::Data<ApiState>,
+    coordinator: web::Data<Addr<Coordinator>>,
+}
+
+/// `/mcp`: the tenant is authenticated first (401 without its key, as every tenant
+/// route), the body read within the API's limits, then rmcp answers the MCP message.
+async fn endpoint(
+    tenant: Tenant,
+    request: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<ApiState>,
+    coordinator: web::Data<Addr<Coordinator>>,
+) -> Result<HttpResponse, ApiError> {
+    // A message is read like every JSON body: its type, size, arrival time and the drain.
+    let body = if request.method() == actix_web::http::Method::POST {
+        super::body::read_json_body(&request, payload, &state)
+            .await?
+            .freeze()
+    } else {
+        web::Bytes::new()
+    };
+    let unavailable = |message: &str| ApiError::RuntimeUnavailable {
+        message: message.to_owned(),
+    };
+    let mut builder = http::Request::builder()
+        .method(request.method().as_str())
+        .uri(request.uri().to_string());
+    for (name, value) in request.headers() {
+        builder = builder.header(name.as_str(), value.as_bytes());
+    }
+    let mut forwarded = builder
+        .body(http_body_util::Full::new(bytes::Bytes::from(body.to_vec())))
+        .map_err(|_| ApiError::BadRequest {
+            field: None,
+            message: "the request cannot be read as an MCP message".to_owned(),
+        })?;
+    forwarded.extensions_mut().insert(Caller {
+        tenant: Arc::new(tenant),
+        state,
+        coordinator,
+    });
+    let service = StreamableHttpService::new(
+        || Ok(CtxdTools::default()),
+        Arc::new(NeverSessionManager::default()),
+        StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(false)
+            .with_json_response(true)
+            // The tenant's key already decided who may call: no Host allow-list.
+            .disable_allowed_hosts(),
+    );
+    let answer = service.handle(forwarded).await;
+    let (parts, body) = answer.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map_err(|_| unavailable("the MCP answer could not be produced"))?
+        .to_bytes();
+    let status = actix_web::http::StatusCode::from_u16(parts.status.as_u16())
+        .map_err(|_| unavailable("the MCP answer could not be produced"))?;
+    let mut response = HttpResponse::build(status);
+    for (name, value) in &parts.headers {
+        response.append_header((name.as_str(), value.as_bytes()));
+    }
+    Ok(response.body(body.to_vec()))
+}
+
+/// The tools' handler. Over HTTP it is stateless and each call finds its [`Caller`] in
+/// the request; over stdio it holds the one caller of the process.
+#[derive(Clone, Default)]
+pub(crate) struct CtxdTools {
+    caller: Option<Caller>,
+}
+
+impl CtxdTools {
+    fn tools() -> Vec<Tool> {
+        let turn_schema = rmcp::schemars::schema_for!(TurnRequest);
+        let turn_schema = match serde_json::to_value(turn_schema) {
+            Ok(Json::Object(schema)) => schema,
+            _ => Map::new(),
+        };
+        let mut tools = vec![Tool::new(
+            "get_context",
+            "Run a turn: the context for project/profile/objective/consumer and inputs, with every layer's and provider's status and the rendered context (the body of POST /v1/turns).",
+            Arc::new(turn_schema),
+        )];
+        for (kind, description) in HANDLE_OPERATIONS {
+            tools.push(Tool::new(
+                format!("handle_{kind}"),
+                format!(
+                    "{description} On a handle a turn returned; limits maxResults, maxBytes, timeLimitMs as POST /v1/handles/{{id}}/ops."
+                ),
+                Arc::new(object(json!({
+                    "type": "object",
+                    "properties": {
+                        "handle": {"type": "string", "description": "the handle id, h_ + 32 hex digits"},
+                        "version": {"type": "integer", "description": "the handle's version (1)", "default": 1},
+                        "maxResults": {"type": "integer", "minimum": 1},
+                        "maxBytes": {"type": "integer", "minimum": 1},
+                        "timeLimitMs": {"type": "integer", "minimum": 1},
+                    },
+                    "required": ["handle"],
+                    "additionalProperties": true,
+                }))),
+            ));
+        }
+        tools.push(Tool::new(
+            "search_traces",
+            "Search the tenant's turn traces (the parameters of GET /v1/traces).",
+            Arc::new(object(json!({
+                "type": "object",
+                "properties": {
+                    "provider": {"type": "string"},
+                    "providerStatus": {"type": "string"},
+                    "layer": {"type": "string"},
+                    "status": {"type": "string"},
+                    "since": {"type": "string", "description": "RFC 3339 or epoch milliseconds"},
+                    "until": {"type": "string", "description": "RFC 3339 or epoch milliseconds"},
+                    "limit": {"type": "integer", "minimum": 1},
+                    "cursor": {"type": "string"},
+                },
+                "additionalProperties": false,
+            }))),
+        ));
+        tools.push(Tool::new(
+            "get_trace",
+            "One of the tenant's turns with its provenance (GET /v1/traces/{turnId}).",
+            Arc::new(object(json!({
+                "type": "object",
+                "properties": {"turnId": {"type": "string"}},
+                "required": ["turnId"],
+                "additionalProperties": false,
+            }))),
+        ));
+        tools
+    }
+}
+
+fn object(value: Json) -> Map<String, Json> {
+    match value {
+        Json::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+/// An API error as a tool error: the error envelope, as the HTTP route answers it.
+fn refused(error: &ApiError) -> CallToolResult {
+    CallToolResult::structured_error(error.envelope())
+}
+
+/// A route's JSON answer as the tool's structured content.
+fn answered(response: Result<HttpResponse, ApiError>) -> CallToolResult {
+    match response {
+        Err(error) => refused(&error),
+        Ok(response) => {
+            let body = response.into_body().try_into_bytes().unwrap_or_default();
+            match serde_json::from_slice::<Json>(&body) {
+                Ok(value) => CallToolResult::structured(value),
+                Err(_) => CallToolResult::structured_error(
+                    json!({"error": {"code": "internal", "message": "the answer is not JSON"}}),
+                ),
+            }
+        }
+    }
+}
+
+fn invalid(message: String) -> CallToolResult {
+    refused(&ApiError::BadRequest {
+        field: None,
+        message,
+    })
+}
+
+/// A `search_traces` call's arguments as the query string of `GET /v1/traces`.
+fn trace_query(arguments: &Map<String, Json>) -> String {
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    for (key, value) in arguments {
+        let value = match value {
+            Json::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        query.append_pair(key, &value);
+    }
+    query.finish()
+}
+
+/// A `handle_<kind>` call's arguments as the handle id and the body of
+/// `POST /v1/handles/{id}/ops`: `{"version", "op": {"kind", …the other arguments}}`.
+fn handle_request(kind: &str, mut op: Map<String, Json>) -> Result<(String, String), String> {
+    let Some(Json::String(handle)) = op.remove("handle") else {
+        return Err("handle: is required, a string".to_owned());
+    };
+    let version = op.remove("version").unwrap_or(json!(1));
+    op.insert("kind".to_owned(), json!(kind));
+    Ok((handle, json!({"version": version, "op": op}).to_string()))
+}
+
+/// Runs one tool for `caller`.
+async fn run_tool(caller: &Caller, name: &str, arguments: Map<String, Json>) -> CallToolResult {
+    let tenant = caller.tenant.as_ref();
+    let state = caller.state.get_ref();
+    match name {
+        "get_context" => {
+            let body = Json::Object(arguments).to_string();
+            let result =
+                routes::answer_turn(tenant, body.as_bytes(), state, caller.coordinator.get_ref())
+                    .await;
+            routes::count_turn(Some(tenant), &result);
+            match result {
+                Ok(response) => match serde_json::to_value(&response) {
+                    Ok(value) => CallToolResult::structured(value),
+                    Err(_) => invalid("the turn's answer cannot be encoded".to_owned()),
+                },
+                Err(error) => refused(&error),
+            }
+        }
+        "search_traces" => {
+            let query = trace_query(&arguments);
+            answered(traces::search_traces(tenant, &query, state).await)
+        }
+        "get_trace" => match arguments.get("turnId").and_then(Json::as_str) {
+            Some(turn_id) => answered(traces::show_trace(tenant, turn_id.to_owned(), state).await),
+            None => invalid("turnId: is required, a string".to_owned()),
+        },
+        other => match other.strip_prefix("handle_") {
+            Some(kind) if HANDLE_OPERATIONS.iter().any(|(k, _)| *k == kind) => {
+                match handle_request(kind, arguments) {
+                    Ok((handle, body)) => {
+                        answered(handles::operate_on(tenant, &handle, body.as_bytes(), state).await)
+                    }
+                    Err(message) => invalid(message),
+                }
+            }
+            _ => invalid(format!("unknown tool {other:?}")),
+        },
+    }
+}
+
+impl ServerHandler for CtxdTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("ctxd", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "get_context runs a turn; work large material through its handles with the handle_* tools; search_traces and get_trace show provenance.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, rmcp::ErrorData> {
+        Ok(ListToolsResult::with_all_items(Self::tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, rmcp::ErrorData> {
+        let caller = self
+            .caller
+            .clone()
+            .or_else(|| {
+                context
+                    .extensions
+                    .get::<http::request::Parts>()
+                    .and_then(|parts| parts.extensions.get::<Caller>())
+                    .cloned()
+            })
+            .ok_or_else(|| rmcp::ErrorData::internal_error("no tenant for this call", None))?;
+        let arguments = request.arguments.unwrap_or_default();
+        let result = run_tool(&caller, &request.name, arguments).await;
+        Ok(CallToolResponse::Complete(result))
+    }
+}
+
+/// `ctxd mcp`: the same tools on standard input/output for one tenant, with the same
+/// runtime `serve` starts (providers, coordinator, trace writer), until the client
+/// closes the stream. Logs go to standard error; standard output carries only MCP.
+pub(crate) async fn serve_stdio(
+    config: &crate::config::ServerConfig,
+    env: &crate::config::EnvVars,
+    tenant_id: &str,
+) -> anyhow::Result<()> {
+    use crate::actors::{Mode, Topology};
+    use actix::Actor;
+    use rmcp::ServiceExt;
+
+    let topology = Topology::start(config, env, Mode::Live).await?;
+    let registry = topology.registry();
+    let Some(runtime) = registry.tenants.iter().find(|t| t.id == tenant_id).cloned() else {
+        let known: Vec<&str> = registry.tenants.iter().map(|t| t.id.as_str()).collect();
+        topology.shutdown().await?;
+        anyhow::bail!(
+            "--tenant {tenant_id:?}: no such tenant in the config (tenants: {})",
+            known.join(", ")
+        );
+    };
+    let state = web::Data::new(ApiState::new(
+        registry.clone(),
+        topology.provider_addrs(),
+        None,
+        &config.server,
+        &config.limits,
+    ));
+    let coordinator = Coordinator::new(Arc::clone(&registry)).start();
+    state.coordinators.register(coordinator.clone());
+    let caller = Caller {
+        tenant: Arc::new(Tenant::local(runtime, state.drain.admit())),
+        state,
+        coordinator: web::Data::new(coordinator),
+    };
+    tracing::info!(tenant = tenant_id, "ctxd mcp serving on stdio");
+    let tools = CtxdTools {
+        caller: Some(caller),
+    };
+    match tools.serve(rmcp::transport::stdio()).await {
+        Ok(running) => {
+            let _ = running.waiting().await;
+        }
+        Err(error) => {
+            tracing::warn!(error = %crate::providers::redact::redacted(&error.to_string()), "mcp client did not initialize")
+        }
+    }
+    topology.shutdown().await?;
+    tracing::info!("ctxd mcp stopped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tools_are_the_turn_the_handle_operations_and_the_traces() {
+        let tools = CtxdTools::tools();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(names[0], "get_context");
+        for op in crate::handles::request::OPERATIONS {
+            assert!(names.contains(&format!("handle_{op}").as_str()), "{op}");
+        }
+        assert!(names.contains(&"search_traces") && names.contains(&"get_trace"));
+        let turn = &tools[0].input_schema;
+        assert_eq!(turn["required"], json!(["project"]), "{turn:?}");
+        assert!(turn["properties"]["inputs"].is_object());
+    }
+
+    #[test]
+    fn a_handle_call_becomes_the_operation_body() {
+        let arguments = json!({"handle": "h_1", "pattern": "ERROR", "maxResults": 3});
+        let (handle, body) =
+            handle_request("search", arguments.as_object().unwrap().clone()).unwrap();
+        assert_eq!(handle, "h_1");
+        let body: Json = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            body,
+            json!({"version": 1, "op": {"kind": "search", "pattern": "ERROR", "maxResults": 3}})
+        );
+        assert!(handle_request("peek", Map::new()).is_err());
+    }
+
+    #[test]
+    fn trace_arguments_become_the_query_string() {
+        let arguments = json!({"provider": "crm", "limit": 5, "since": "2026-11-30T10:00:00Z"});
+        assert_eq!(
+            trace_query(arguments.as_object().unwrap()),
+            "provider=crm&limit=5&since=2026-11-30T10%3A00%3A00Z"
+        );
+    }
+}
