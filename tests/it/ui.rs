@@ -182,7 +182,11 @@ async fn the_explorer_shows_the_demo_turns_in_a_real_browser() {
                          "inputs": {"customerId": "CUST-12"}});
     let (status, blocked) = turn(&ctxd, KEY, refused).await;
     assert_eq!(status, 200, "{blocked:#}");
-    let ids: Vec<String> = [&full, &profile_only, &blocked]
+    let markup = json!({"project": "support", "objective": "support", "inputs": {"customerId": "CUST-2001"},
+                        "consumer": "<img src=x onerror=\"document.title='ran'\"><b>bold</b>"});
+    let (status, markup) = turn(&ctxd, KEY, markup).await;
+    assert_eq!(status, 200, "{markup:#}");
+    let ids: Vec<String> = [&full, &profile_only, &blocked, &markup]
         .iter()
         .map(|answer| answer["turnId"].as_str().unwrap().to_owned())
         .collect();
@@ -203,6 +207,8 @@ async fn the_explorer_shows_the_demo_turns_in_a_real_browser() {
             &ids[1],
             "--blocked",
             &ids[2],
+            "--markup",
+            &ids[3],
         ])
         .arg("--screenshots")
         .arg(&shots)

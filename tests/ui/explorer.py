@@ -16,6 +16,8 @@ import sys
 from playwright.sync_api import expect, sync_playwright
 
 DEMO_LAYERS = ["policy", "customer-profile", "orders", "open-tickets"]
+# A consumer name as a caller may send it: stored as given, so shown as text, never run.
+MARKUP = "<img src=x onerror=\"document.title='ran'\"><b>bold</b>"
 
 
 def arguments():
@@ -25,6 +27,7 @@ def arguments():
     parser.add_argument("--full", required=True, help="a full support turn for CUST-1042")
     parser.add_argument("--profile-only", required=True, help="a turn without objective")
     parser.add_argument("--blocked", required=True, help="a turn refused by the pattern")
+    parser.add_argument("--markup", required=True, help="a turn whose consumer is MARKUP")
     parser.add_argument("--screenshots", required=True)
     parser.add_argument("--chromium", default=os.environ.get("CHROMIUM", "/usr/bin/chromium"))
     return parser.parse_args()
@@ -89,6 +92,15 @@ def check_wide(browser, args, shots):
     for turn in (args.full, args.profile_only, args.blocked):
         expect(page.get_by_role("link", name=turn)).to_be_visible()
     page.screenshot(path=os.path.join(shots, "search-1280.png"), full_page=True)
+
+    # A stored string with markup is text on the page: no element, nothing run.
+    expect(page.get_by_text(MARKUP).first).to_be_visible()
+    page.get_by_role("link", name=args.markup).click()
+    expect(page.locator(".facts").first).to_contain_text(MARKUP)
+    if page.locator("#view img, #view b").count() != 0 or page.title() != "ctxd trace explorer":
+        raise AssertionError("a stored string was parsed as HTML")
+    page.evaluate("location.hash = '#/search'")
+    expect(page.get_by_role("link", name=args.full)).to_be_visible()
 
     # Filters: the blocked turn is the one whose profile layer is UNAVAILABLE.
     page.get_by_label("Layer", exact=True).fill("customer-profile")
