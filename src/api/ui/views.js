@@ -16,7 +16,7 @@ function heading(text) {
 }
 
 function turnLink(turnId) {
-  return h("a", { href: `#/turn/${encodeURIComponent(turnId)}` }, turnId);
+  return h("a", { class: "turn-id", href: `#/turn/${encodeURIComponent(turnId)}` }, turnId);
 }
 
 function textField(name, label, value, placeholder) {
@@ -129,43 +129,63 @@ export async function searchView(view, query, navigate) {
 
 // Provider calls on a line from the turn's start to its deadline: each bar starts when
 // the call started (its observation time less its duration) and is as long as the call.
+// A button rescales the line to the turn's own length, where short calls are visible.
 function timeline(turn, providers) {
-  const deadline = Math.max(turn.deadlineMs || 1, turn.durationMs || 0, 1);
   const invoked = providers.filter((p) => p.invoked && typeof p.durationMs === "number");
   if (invoked.length === 0) return h("p", { class: "empty" }, "No provider was called.");
-  const percent = (value) => `${Math.min(100, Math.max(0, (value / deadline) * 100))}%`;
-  const lanes = invoked.map((p) => {
+  const calls = invoked.map((p) => {
     const end = typeof p.observedAtMs === "number" ? p.observedAtMs - turn.startedAtMs : p.durationMs;
     const start = Math.max(0, end - p.durationMs);
-    const bar = h("span", { class: `bar bar-${p.status === "OK" ? "good" : "bad"}` });
-    bar.style.left = percent(start);
-    bar.style.width = percent(p.durationMs);
-    return h(
-      "li",
-      { class: "lane" },
-      h("span", { class: "lane-label" }, p.provider, " ", badge(p.status), ` ${start}–${start + p.durationMs} ms`),
-      h("span", { class: "track", "aria-hidden": "true" }, bar),
-    );
+    return { provider: p.provider, status: p.status, start, duration: p.durationMs };
   });
-  const turnEnd = h("span", { class: "turn-end" });
-  turnEnd.style.left = percent(turn.durationMs || 0);
-  return h(
-    "figure",
-    { class: "timeline" },
-    h("ol", { class: "lanes" }, lanes),
-    h(
-      "div",
-      { class: "axis", "aria-hidden": "true" },
-      turnEnd,
-      h("span", { class: "axis-start" }, "0 ms"),
-      h("span", { class: "axis-end" }, `deadline ${deadline} ms`),
-    ),
-    h(
-      "figcaption",
-      {},
-      `Provider calls from the turn's start (${turn.startedAt}) against its ${turn.deadlineMs} ms deadline; the turn took ${turn.durationMs} ms.`,
-    ),
-  );
+  const deadline = Math.max(turn.deadlineMs || 1, 1);
+  const turnLength = Math.max(turn.durationMs || 0, ...calls.map((c) => c.start + c.duration), 1);
+  const holder = h("figure", { class: "timeline" });
+  const draw = (toDeadline) => {
+    const scale = toDeadline ? deadline : turnLength;
+    const percent = (value) => `${Math.min(100, Math.max(0, (value / scale) * 100))}%`;
+    const lanes = calls.map((call) => {
+      const bar = h("span", { class: `bar bar-${call.status === "OK" ? "good" : "bad"}` });
+      bar.style.left = percent(call.start);
+      bar.style.width = percent(call.duration);
+      return h(
+        "li",
+        { class: "lane" },
+        h("span", { class: "lane-label" }, call.provider, " ", badge(call.status), ` ${call.start}–${call.start + call.duration} ms`),
+        h("span", { class: "track", "aria-hidden": "true" }, bar),
+      );
+    });
+    const turnEnd = h("span", { class: "turn-end" });
+    turnEnd.style.left = percent(turn.durationMs || 0);
+    const toggle = h(
+      "button",
+      { type: "button", class: "secondary", "aria-pressed": toDeadline ? "false" : "true" },
+      toDeadline ? "Scale to the turn" : "Scale to the deadline",
+    );
+    toggle.addEventListener("click", () => {
+      draw(!toDeadline);
+      holder.querySelector("button").focus();
+    });
+    replace(
+      holder,
+      h("ol", { class: "lanes" }, lanes),
+      h(
+        "div",
+        { class: "axis", "aria-hidden": "true" },
+        turnEnd,
+        h("span", { class: "axis-start" }, "0 ms"),
+        h("span", { class: "axis-end" }, toDeadline ? `deadline ${deadline} ms` : `turn ${turnLength} ms`),
+      ),
+      h(
+        "figcaption",
+        {},
+        `Provider calls from the turn's start (${turn.startedAt}), against its ${turn.deadlineMs} ms deadline; the turn took ${turn.durationMs} ms. `,
+        toggle,
+      ),
+    );
+  };
+  draw(true);
+  return holder;
 }
 
 export async function turnView(view, turnId) {
@@ -338,7 +358,7 @@ function showReplay(element, replay) {
     ]),
     table(
       "Layers: original and replayed",
-      ["Layer", "Original", "Replayed", ""],
+      ["Layer", "Original", "Replayed", "Change"],
       (replay.layers || []).map((l) => [
         l.id,
         [badge(l.originalStatus), " ", l.originalReason || ""],
