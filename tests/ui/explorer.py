@@ -3,7 +3,10 @@
 Run against a `ctxd serve` that has answered the demo turns:
 
     python3 tests/ui/explorer.py --base http://127.0.0.1:PORT --key KEY \
-        --full TURN --profile-only TURN --blocked TURN --screenshots DIR
+        --full TURN --profile-only TURN --blocked TURN --markup TURN --screenshots DIR
+
+or, with `--handle-turn TURN --handle ID --operations N` instead of the demo's turns,
+against one that kept an item behind a handle and ran N operations on it.
 
 Exits non-zero with a message on the first expectation that fails. Every console error
 and every Content-Security-Policy violation fails the run too.
@@ -24,10 +27,13 @@ def arguments():
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", required=True)
     parser.add_argument("--key", required=True)
-    parser.add_argument("--full", required=True, help="a full support turn for CUST-1042")
-    parser.add_argument("--profile-only", required=True, help="a turn without objective")
-    parser.add_argument("--blocked", required=True, help="a turn refused by the pattern")
-    parser.add_argument("--markup", required=True, help="a turn whose consumer is MARKUP")
+    parser.add_argument("--full", default=None, help="a full support turn for CUST-1042")
+    parser.add_argument("--profile-only", default=None, help="a turn without objective")
+    parser.add_argument("--blocked", default=None, help="a turn refused by the pattern")
+    parser.add_argument("--markup", default=None, help="a turn whose consumer is MARKUP")
+    parser.add_argument("--handle-turn", help="a turn that kept an item behind a handle")
+    parser.add_argument("--handle", help="that handle's id")
+    parser.add_argument("--operations", type=int, help="how many operations it has")
     parser.add_argument("--screenshots", required=True)
     parser.add_argument("--chromium", default=os.environ.get("CHROMIUM", "/usr/bin/chromium"))
     return parser.parse_args()
@@ -238,6 +244,30 @@ def check_narrow(browser, args, shots):
     page.close()
 
 
+def check_handle(browser, args, shots):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    problems = []
+    watch(page, problems)
+    open_with_key(page, args.base, args.key)
+    page.get_by_role("link", name=args.handle_turn).click()
+    selections = page.get_by_role("table", name="What was rendered")
+    handle_link = selections.get_by_role("link", name=f"{args.handle} v1")
+    expect(handle_link).to_be_visible()
+    handle_link.focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name=f"Handle {args.handle}")).to_be_focused()
+    rows = page.get_by_role("table", name="Operations in sequence order").locator("tbody tr")
+    expect(rows).to_have_count(args.operations)
+    for i in range(args.operations):
+        expect(rows.nth(i).locator("td").nth(0)).to_have_text(str(i + 1))
+    expect(rows.nth(0).locator("td").nth(2)).to_have_text("metadata")
+    expect(rows.nth(0).locator("td").nth(3)).to_have_text("OK")
+    page.screenshot(path=os.path.join(shots, "handle-1280.png"), full_page=True)
+    if problems:
+        raise AssertionError("the page reported problems:\n" + "\n".join(problems))
+    page.close()
+
+
 def main():
     args = arguments()
     os.makedirs(args.screenshots, exist_ok=True)
@@ -246,8 +276,14 @@ def main():
             executable_path=args.chromium, args=["--no-sandbox"], headless=True
         )
         try:
-            check_wide(browser, args, args.screenshots)
-            check_narrow(browser, args, args.screenshots)
+            if args.handle:
+                check_handle(browser, args, args.screenshots)
+            else:
+                missing = [n for n in ("full", "profile_only", "blocked", "markup") if not getattr(args, n)]
+                if missing:
+                    raise AssertionError(f"the demo check needs --{', --'.join(missing)}")
+                check_wide(browser, args, args.screenshots)
+                check_narrow(browser, args, args.screenshots)
         finally:
             browser.close()
     print(f"trace explorer: every check passed; screenshots in {args.screenshots}")

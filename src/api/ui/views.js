@@ -259,7 +259,7 @@ export async function turnView(view, turnId) {
       ? h("p", { class: "empty" }, "Nothing was rendered.")
       : table(
           "What was rendered",
-          ["Layer", "Provider", "Locator", "Fingerprint", "Bytes", "Truncated"],
+          ["Layer", "Provider", "Locator", "Fingerprint", "Bytes", "Truncated", "Handle"],
           selections.map((s) => [
             s.layer,
             s.provider || "static",
@@ -267,6 +267,9 @@ export async function turnView(view, turnId) {
             s.fingerprint ? code(s.fingerprint) : "—",
             s.bytes,
             yesNo(s.truncated),
+            s.handle
+              ? h("a", { href: `#/handle/${encodeURIComponent(s.handle.id)}` }, `${s.handle.id} v${s.handle.version}`)
+              : "—",
           ]),
         ),
     h("h3", {}, "Budget cuts"),
