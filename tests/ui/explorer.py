@@ -18,6 +18,10 @@ import sys
 
 from playwright.sync_api import expect, sync_playwright
 
+# Generous: the check runs beside the rest of the test suite on a small CI machine.
+TIMEOUT_MS = 20_000
+expect.set_options(timeout=TIMEOUT_MS)
+
 DEMO_LAYERS = ["policy", "customer-profile", "orders", "open-tickets"]
 # A consumer name as a caller may send it: stored as given, so shown as text, never run.
 MARKUP = "<img src=x onerror=\"document.title='ran'\"><b>bold</b>"
@@ -43,6 +47,8 @@ def watch(page, problems):
     """Console errors and warnings (a CSP violation is one) and uncaught exceptions.
     Chromium also logs each HTTP error answer as "Failed to load resource": the checks
     provoke those (a wrong key, a bad filter, an unknown handle), so they are left out."""
+
+    page.set_default_timeout(TIMEOUT_MS)
 
     def console(message):
         if message.type in ("error", "warning") and "Failed to load resource" not in message.text:
