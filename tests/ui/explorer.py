@@ -200,6 +200,10 @@ def check_wide(browser, args, shots):
     expect(page.locator("pre.rendered")).to_contain_text("## Customer profile [layer customer-profile]")
     page.screenshot(path=os.path.join(shots, "replay-1280.png"), full_page=True)
 
+    # A turn this tenant does not have: the API's 404, shown.
+    page.evaluate("location.hash = '#/turn/01a22e00-0000-7000-8000-000000000000'")
+    expect(page.get_by_role("alert")).to_contain_text("NOT_FOUND")
+
     # A handle nobody made: the API's answer, shown.
     handle = page.get_by_label("Handle", exact=True)
     handle.fill("h_" + "0" * 32)
@@ -279,7 +283,10 @@ def main():
     os.makedirs(args.screenshots, exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
-            executable_path=args.chromium, args=["--no-sandbox"], headless=True
+            executable_path=args.chromium,
+            # Root in a container: no sandbox; a small /dev/shm: use /tmp.
+            args=["--no-sandbox", "--disable-dev-shm-usage"],
+            headless=True,
         )
         try:
             if args.handle:
