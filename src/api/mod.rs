@@ -13,6 +13,7 @@
 //! - `rate` — the per-tenant replay token bucket.
 //! - `routes`, `traces`, `handles` — the routes; `tenant` — the extractor; `errors` — the
 //!   status codes.
+//! - `ui` — the trace explorer page (`GET /ui/`), embedded in the binary.
 
 mod body;
 mod connection;
@@ -25,6 +26,7 @@ mod rate;
 mod routes;
 mod tenant;
 mod traces;
+mod ui;
 
 pub(crate) use drain::{Drained, drain};
 pub(crate) use errors::ApiError;
@@ -166,6 +168,7 @@ pub(crate) fn server(
                 .configure(traces::configure)
                 .configure(handles::configure)
                 .configure(mcp::configure)
+                .configure(ui::configure)
                 .default_service(web::to(routes::not_found));
             let stopping = stopping.clone();
             let http = actix_http::HttpService::build()

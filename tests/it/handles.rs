@@ -9,7 +9,7 @@ use crate::server::{Ctxd, Deployment, TenantSpec, client, metrics_of, turn};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-const KEY: &str = "acme-handles-key";
+pub const KEY: &str = "acme-handles-key";
 const OTHER_KEY: &str = "globex-handles-key";
 const VALUE: &str = "CUST-7001";
 /// A marker inside the large item: never in the rendered text, the trace store or logs.
@@ -54,7 +54,7 @@ fn large_content() -> String {
         .join("\n")
 }
 
-async fn provider() -> RunningProvider {
+pub async fn provider() -> RunningProvider {
     ProviderServer::new()
         .lookup_items(vec![json!({
             "id": "LOG-1", "title": "Application log", "content": large_content()
@@ -64,7 +64,7 @@ async fn provider() -> RunningProvider {
 }
 
 /// A deployment with two tenants on the same provider, and `[handles]` lines.
-fn deployment(server: &RunningProvider, handles: &str) -> Deployment {
+pub fn deployment(server: &RunningProvider, handles: &str) -> Deployment {
     let tenants = [
         TenantSpec::new("acme", KEY, project(), binding(server)),
         TenantSpec::new("globex", OTHER_KEY, project(), binding(server)),
@@ -78,7 +78,7 @@ fn deployment(server: &RunningProvider, handles: &str) -> Deployment {
 }
 
 /// A turn whose large item is kept behind a handle; returns the response and handle.
-async fn handle_from_turn(ctxd: &Ctxd, key: &str) -> (Value, Value) {
+pub async fn handle_from_turn(ctxd: &Ctxd, key: &str) -> (Value, Value) {
     let (status, body) = turn(
         ctxd,
         key,
@@ -104,7 +104,7 @@ async fn handle_from_turn(ctxd: &Ctxd, key: &str) -> (Value, Value) {
     (body, handle)
 }
 
-async fn op(ctxd: &Ctxd, key: &str, id: &str, body: Value) -> (u16, Value) {
+pub async fn op(ctxd: &Ctxd, key: &str, id: &str, body: Value) -> (u16, Value) {
     let response = client()
         .post(ctxd.url(&format!("/v1/handles/{id}/ops")))
         .bearer_auth(key)
@@ -139,7 +139,7 @@ async fn get(ctxd: &Ctxd, key: &str, path: &str) -> (u16, Value) {
 }
 
 /// The handle's trace once it lists `count` operations (the writer commits in batches).
-async fn trace_of(ctxd: &Ctxd, key: &str, id: &str, count: usize) -> Vec<Value> {
+pub async fn trace_of(ctxd: &Ctxd, key: &str, id: &str, count: usize) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let (status, body) = get(ctxd, key, &format!("/v1/handles/{id}/trace")).await;

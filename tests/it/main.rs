@@ -31,4 +31,5 @@ mod sqlite_bounds;
 mod sqlite_provider;
 mod support;
 mod trace_upkeep;
+mod ui;
 mod writing_a_provider;

@@ -11,7 +11,7 @@ const KEY: &str = "readme-demo-key";
 
 /// The demo Binding as shipped, with its database path made absolute so it can be
 /// served from a temp dir.
-fn demo_binding() -> String {
+pub fn demo_binding() -> String {
     let text = std::fs::read_to_string(root().join("config/bindings/demo.toml")).unwrap();
     let database = root().join("fixtures/demo/data/support.db");
     let binding = text.replace(
