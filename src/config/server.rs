@@ -644,7 +644,7 @@ const DEFAULT_KEEP: &str = "30d";
 const LONGEST_KEEP: (Duration, &str) = (Duration::from_secs(3650 * 86_400), "3650d");
 /// Bytes the trace store's filesystem keeps free unless the config says otherwise.
 const DEFAULT_MIN_FREE_BYTES: i64 = 128 * 1024 * 1024;
-/// `max_store_bytes` counts the WAL at its checkpoint size (about 4 MiB), so a bound
+/// `max_store_bytes` counts the WAL at its checkpoint size plus one commit (about 6 MiB), so a bound
 /// below 16 MiB would leave little room for records.
 const STORE_BYTES_RANGE: (i64, i64) = (16 * 1024 * 1024, 1 << 50);
 

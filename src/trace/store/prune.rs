@@ -43,6 +43,9 @@ const TENANTS: &str = "WITH RECURSIVE
 /// The first turn written that is still in the store.
 const OLDEST_STARTED: &str = "SELECT started_at_ms FROM turns ORDER BY seq LIMIT 1";
 
+/// Frames the WAL may hold past `wal_autocheckpoint`: the checkpoint runs after the
+/// commit that crosses it, so the file grows by that commit's pages first.
+const WAL_SLACK_FRAMES: u64 = 512;
 /// The WAL file's header, and each frame's before its page (the WAL format).
 const WAL_HEADER_BYTES: u64 = 32;
 const WAL_FRAME_HEADER_BYTES: u64 = 24;
@@ -242,9 +245,9 @@ pub(crate) fn release_free_pages(
 
 /// What the store takes: pages in use, the WAL, the free list, and the room left on its
 /// filesystem. The WAL counts at least at the size it reaches before SQLite checkpoints
-/// it (`wal_autocheckpoint` frames of a page each): a commit writes whole pages to it,
-/// so between checkpoints it grows by more than the rows written, and its file keeps
-/// that size afterwards.
+/// it (`wal_autocheckpoint` frames of a page each, and the commit that crosses that):
+/// a commit writes whole pages to it, so between checkpoints it grows by more than the
+/// rows written, and its file keeps that size afterwards.
 pub(crate) fn usage(conn: &Connection, path: &Path) -> Result<StoreUsage, StoreError> {
     let pragma = |name: &'static str| -> Result<u64, StoreError> {
         conn.query_row(&format!("PRAGMA {name}"), [], |row| row.get::<_, i64>(0))
@@ -258,7 +261,8 @@ pub(crate) fn usage(conn: &Connection, path: &Path) -> Result<StoreUsage, StoreE
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
     let wal_bytes = std::fs::metadata(&wal).map_or(0, |m| m.len());
-    let wal_ceiling = WAL_HEADER_BYTES + checkpoint_frames * (WAL_FRAME_HEADER_BYTES + page_size);
+    let wal_ceiling = WAL_HEADER_BYTES
+        + (checkpoint_frames + WAL_SLACK_FRAMES) * (WAL_FRAME_HEADER_BYTES + page_size);
     Ok(StoreUsage {
         used_bytes: pages.saturating_sub(free_pages) * page_size + wal_bytes.max(wal_ceiling),
         reusable_bytes: free_pages * page_size,
