@@ -730,6 +730,26 @@ fn check_http_binding(
     let Some(name) = secret_env else {
         return true;
     };
+    check_secret_set(
+        report,
+        subject,
+        env,
+        "secret_env",
+        name,
+        "describe not probed",
+    )
+}
+
+/// Whether the env var `name` that `key` names holds a secret: `ok` when it does, else a
+/// failure saying what is not done without it (`skipped`). Never reads the value out.
+pub(super) fn check_secret_set(
+    report: &mut Report,
+    subject: &str,
+    env: &EnvVars,
+    key: &str,
+    name: &str,
+    skipped: &str,
+) -> bool {
     match env.get(name) {
         None | Some("") => {
             let state = if env.get(name).is_some() {
@@ -740,7 +760,7 @@ fn check_http_binding(
             report.fail(
                 subject,
                 format!(
-                    "secret_env: environment variable {name:?} {state}: the provider cannot authenticate (describe not probed)"
+                    "{key}: environment variable {name:?} {state}: the provider cannot authenticate ({skipped})"
                 ),
             );
             false
@@ -748,7 +768,7 @@ fn check_http_binding(
         Some(_) => {
             report.ok(
                 subject,
-                format!("secret_env: environment variable {name:?} is set"),
+                format!("{key}: environment variable {name:?} is set"),
             );
             true
         }

@@ -155,17 +155,7 @@ impl HttpProvider {
     ) -> Result<HttpProvider, HttpSetupError> {
         check_endpoint(&endpoint)?;
         let secret = secret.as_ref().map(BoundSecret::new).transpose()?;
-        let client = reqwest::Client::builder()
-            .tls_backend_rustls()
-            .redirect(reqwest::redirect::Policy::none())
-            .retry(reqwest::retry::never())
-            .no_proxy()
-            .pool_max_idle_per_host(pool.max_idle_per_host)
-            .pool_idle_timeout(pool.idle_timeout)
-            .connect_timeout(timeout)
-            .user_agent(concat!("ctxd/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(HttpSetupError::Client)?;
+        let client = provider_client(pool, timeout)?;
         Ok(HttpProvider {
             client,
             endpoint,
@@ -438,6 +428,25 @@ pub(crate) fn check_endpoint(url: &Url) -> Result<(), HttpSetupError> {
     }
 }
 
+/// The HTTP client of a provider that speaks to an upstream over HTTP (`http`, `rest`):
+/// rustls, no redirects followed, no retries, no proxy, the binding's pool settings, and
+/// `timeout` to connect.
+pub(crate) fn provider_client(
+    pool: &PoolSettings,
+    timeout: Duration,
+) -> Result<reqwest::Client, HttpSetupError> {
+    reqwest::Client::builder()
+        .tls_backend_rustls()
+        .redirect(reqwest::redirect::Policy::none())
+        .retry(reqwest::retry::never())
+        .no_proxy()
+        .pool_max_idle_per_host(pool.max_idle_per_host)
+        .pool_idle_timeout(pool.idle_timeout)
+        .connect_timeout(timeout)
+        .user_agent(concat!("ctxd/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(HttpSetupError::Client)
+}
 #[cfg(test)]
 mod tests {
     use super::*;

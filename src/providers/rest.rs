@@ -135,17 +135,7 @@ impl RestProvider {
                 HeaderValue::from_str(value).map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
             headers.push((name, value));
         }
-        let client = reqwest::Client::builder()
-            .tls_backend_rustls()
-            .redirect(reqwest::redirect::Policy::none())
-            .retry(reqwest::retry::never())
-            .no_proxy()
-            .pool_max_idle_per_host(pool.max_idle_per_host)
-            .pool_idle_timeout(pool.idle_timeout)
-            .connect_timeout(timeout)
-            .user_agent(concat!("ctxd/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(HttpSetupError::Client)?;
+        let client = super::http::provider_client(pool, timeout)?;
         Ok(RestProvider {
             client,
             spec: Arc::new(spec.clone()),

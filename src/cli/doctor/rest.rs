@@ -37,33 +37,8 @@ pub(super) fn check_binding(
         report.ok(subject, "auth type \"none\": no secret is sent");
         return true;
     };
-    match env.get(name) {
-        None | Some("") => {
-            let state = if env.get(name).is_some() {
-                "is empty"
-            } else {
-                "is not set"
-            };
-            report.fail(
-                subject,
-                format!(
-                    "auth ({}): environment variable {name:?} {state}: the provider cannot authenticate (not probed)",
-                    auth.type_name()
-                ),
-            );
-            false
-        }
-        Some(_) => {
-            report.ok(
-                subject,
-                format!(
-                    "auth ({}): environment variable {name:?} is set",
-                    auth.type_name()
-                ),
-            );
-            true
-        }
-    }
+    let key = format!("auth ({})", auth.type_name());
+    super::check_secret_set(report, subject, env, &key, name, "not probed")
 }
 
 /// What the REST probe's success meant, for its `ok` line.
