@@ -3,7 +3,7 @@
 //! headers): the request each receives, and the items each answer maps to.
 
 use crate::provider_server::{Behaviour, ProviderServer, RecordedRequest, RunningProvider};
-use crate::rest_provider::{lookup_with, origin, raw, rest_provider, rest_spec};
+use crate::rest_provider::{lookup_with, origin, raw, rest_provider, rest_spec, value_once};
 use ctxd::contract::ProviderStatus;
 use ctxd::providers::redact::SecretHandling;
 use serde_json::{Value, json};
@@ -16,15 +16,25 @@ fn query_pairs(request: &RecordedRequest) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The value appears exactly once in everything the API received: in its slot.
-#[track_caller]
-fn value_once(request: &RecordedRequest, value: &str) {
-    let everything = format!(
-        "{}\r\n{}",
-        request.head_text(),
-        String::from_utf8_lossy(&request.body)
-    );
-    assert_eq!(everything.matches(value).count(), 1, "{everything}");
+/// A lookup of `value` through the preset binding `keys` at `endpoint`, which must
+/// answer items.
+async fn preset_lookup(
+    endpoint: &str,
+    keys: &str,
+    secret: Option<&str>,
+    value: &str,
+    limit: u32,
+) -> ctxd::outcome::Outcome {
+    let spec = rest_spec(endpoint, keys);
+    let outcome = lookup_with(
+        &rest_provider(&spec, secret),
+        value,
+        limit,
+        SecretHandling::Refuse,
+    )
+    .await;
+    assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+    outcome
 }
 
 fn only_request(server: &RunningProvider) -> RecordedRequest {
@@ -70,18 +80,14 @@ async fn github_issue_reads_one_issue_with_its_labels() {
         .behaviour(Behaviour::Json(200, github_issue(42, &["bug", "export"])))
         .start()
         .await;
-    let spec = rest_spec(
+    let outcome = preset_lookup(
         &origin(&server),
         "preset = \"github.issue\"\nrepository = \"acme/widgets\"\ntoken_env = \"GITHUB_TOKEN\"\n",
-    );
-    let outcome = lookup_with(
-        &rest_provider(&spec, Some(TOKEN)),
+        Some(TOKEN),
         "42",
         5,
-        SecretHandling::Refuse,
     )
     .await;
-    assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
     let item = &outcome.items_found()[0];
     assert_eq!(item.id, "42");
     assert_eq!(
@@ -123,18 +129,14 @@ async fn github_issues_lists_by_label_and_leaves_pagination_to_the_limit() {
         .behaviour(raw(200, &[("link", link)], &Value::Array(issues)))
         .start()
         .await;
-    let spec = rest_spec(
+    let outcome = preset_lookup(
         &origin(&server),
         "preset = \"github.issues\"\nrepository = \"acme/widgets\"\n",
-    );
-    let outcome = lookup_with(
-        &rest_provider(&spec, None),
+        None,
         "CUST-1042",
         3,
-        SecretHandling::Refuse,
     )
     .await;
-    assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
     let ids: Vec<&str> = outcome
         .items_found()
         .iter()
@@ -185,18 +187,14 @@ async fn gitlab_issue_encodes_the_project_path_as_one_segment() {
         .behaviour(Behaviour::Json(200, gitlab_issue(6)))
         .start()
         .await;
-    let spec = rest_spec(
+    let outcome = preset_lookup(
         &format!("{}/api/v4", origin(&server)),
         "preset = \"gitlab.issue\"\nproject = \"group/widgets\"\ntoken_env = \"GITLAB_TOKEN\"\n",
-    );
-    let outcome = lookup_with(
-        &rest_provider(&spec, Some(TOKEN)),
+        Some(TOKEN),
         "6",
         5,
-        SecretHandling::Refuse,
     )
     .await;
-    assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
     let item = &outcome.items_found()[0];
     assert_eq!(item.id, "6");
     assert_eq!(
@@ -241,18 +239,14 @@ async fn gitlab_merge_requests_search_with_pagination_headers() {
         ))
         .start()
         .await;
-    let spec = rest_spec(
+    let outcome = preset_lookup(
         &format!("{}/api/v4", origin(&server)),
         "preset = \"gitlab.merge_requests\"\nproject = \"278964\"\ntoken_env = \"GITLAB_TOKEN\"\n",
-    );
-    let outcome = lookup_with(
-        &rest_provider(&spec, Some(TOKEN)),
+        Some(TOKEN),
         "CUST-1042",
         2,
-        SecretHandling::Refuse,
     )
     .await;
-    assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
     assert_eq!(outcome.items_found().len(), 2);
     assert_eq!(outcome.items_dropped, 2);
     assert_eq!(
@@ -299,18 +293,14 @@ async fn jira_issue_reads_fields_with_basic_auth() {
         .behaviour(Behaviour::Json(200, jira_issue("SUP-17")))
         .start()
         .await;
-    let spec = rest_spec(
+    let outcome = preset_lookup(
         &origin(&server),
         "preset = \"jira.issue\"\nemail = \"ctxd@acme.example\"\ntoken_env = \"JIRA_TOKEN\"\n",
-    );
-    let outcome = lookup_with(
-        &rest_provider(&spec, Some(TOKEN)),
+        Some(TOKEN),
         "SUP-17",
         5,
-        SecretHandling::Refuse,
     )
     .await;
-    assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
     let item = &outcome.items_found()[0];
     assert_eq!(item.id, "SUP-17");
     assert_eq!(
@@ -354,18 +344,14 @@ async fn jira_search_puts_the_value_only_in_a_quoted_jql_literal() {
         ))
         .start()
         .await;
-    let spec = rest_spec(
+    let outcome = preset_lookup(
         &origin(&server),
         "preset = \"jira.search\"\nproject = \"SUP\"\ntoken_env = \"JIRA_TOKEN\"\n",
-    );
-    let outcome = lookup_with(
-        &rest_provider(&spec, Some(TOKEN)),
+        Some(TOKEN),
         "CUST-1042",
         2,
-        SecretHandling::Refuse,
     )
     .await;
-    assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
     assert_eq!(outcome.items_found().len(), 2);
     assert_eq!(outcome.items_dropped, 1);
     let request = only_request(&server);

@@ -134,7 +134,7 @@ fn only_request(server: &RunningProvider) -> RecordedRequest {
 
 /// The value appears exactly once in everything the server received.
 #[track_caller]
-fn value_once(request: &RecordedRequest, value: &str) {
+pub(crate) fn value_once(request: &RecordedRequest, value: &str) {
     let everything = format!(
         "{}\r\n{}",
         request.head_text(),
