@@ -2395,6 +2395,16 @@ fn warn_foreign(phase: &Phase) {
 
 const HEADER: &str = "  N side       turns/s  p50 ms  p90 ms  p99 ms   max ms  ctxd    client  mocks   total   RSS MiB  ratio\n                                                          CPU-s per 1000 turns";
 
+/// Adds ctxd's throughput, p50, p99 and CPU-per-turn ratios against `baseline` to a
+/// run's JSON object.
+fn with_ratios(run: &mut Value, ctxd: &Phase, baseline: &Phase) {
+    run["throughput_ratio"] = json!(ctxd.throughput() / baseline.throughput());
+    run["p50_ratio"] = json!(ctxd.percentile_ms(0.5) / baseline.percentile_ms(0.5));
+    run["p99_ratio"] = json!(ctxd.percentile_ms(0.99) / baseline.percentile_ms(0.99));
+    run["cpu_per_turn_ratio"] =
+        json!(ctxd.per_1000(ctxd.cpu_total()) / baseline.per_1000(baseline.cpu_total()));
+}
+
 fn main() {
     let args = parse_args();
     std::fs::create_dir_all(&args.out).unwrap();
@@ -2767,14 +2777,11 @@ fn main() {
                 "providers_per_turn": r.providers,
                 "ctxd": r.ctxd.json(),
                 "baseline": r.baseline.json(),
-                "throughput_ratio": r.ctxd.throughput() / r.baseline.throughput(),
-                "p50_ratio": r.ctxd.percentile_ms(0.5) / r.baseline.percentile_ms(0.5),
-                "p99_ratio": r.ctxd.percentile_ms(0.99) / r.baseline.percentile_ms(0.99),
-                "cpu_per_turn_ratio": r.ctxd.per_1000(r.ctxd.cpu_total()) / r.baseline.per_1000(r.baseline.cpu_total()),
                 "turns_answered_incl_warmup": r.traces.answered,
                 "turns_in_trace_store": r.traces.stored,
                 "trace_store_bytes_per_turn": r.traces.bytes_per_turn(),
             });
+            with_ratios(&mut run, &r.ctxd, &r.baseline);
             if let (Some(compared), Some(binary)) = (&r.compare, &args.compare_ctxd) {
                 run["compare"] = compared.json(&r.ctxd, binary);
             }
@@ -2794,19 +2801,19 @@ fn main() {
         })),
         "soak": soak.as_ref().map(Soak::json),
         "repeated": repeated.as_ref().map(Repeated::json),
-        "postgres": postgres_run.as_ref().map(|r| json!({
+        "postgres": postgres_run.as_ref().map(|r| {
+            let mut run = json!({
             "providers_per_turn": r.providers,
             "binding": format!("{} postgres providers, one query each, pool.max_size {}, max_concurrency 1024, other settings default", r.providers, postgres::POOL_SIZE),
             "baseline": "the same queries through tokio-postgres + deadpool-postgres pools of the same size, prepared once per connection, no ctxd",
             "ctxd": r.ctxd.json(),
             "baseline_figures": r.baseline.json(),
-            "throughput_ratio": r.ctxd.throughput() / r.baseline.throughput(),
-            "p50_ratio": r.ctxd.percentile_ms(0.5) / r.baseline.percentile_ms(0.5),
-            "p99_ratio": r.ctxd.percentile_ms(0.99) / r.baseline.percentile_ms(0.99),
-            "cpu_per_turn_ratio": r.ctxd.per_1000(r.ctxd.cpu_total()) / r.baseline.per_1000(r.baseline.cpu_total()),
             "turns_answered_incl_warmup": r.traces.answered,
             "turns_in_trace_store": r.traces.stored,
-        })),
+        });
+            with_ratios(&mut run, &r.ctxd, &r.baseline);
+            run
+        }),
         "targets": targets,
     });
     // A soak-only or repeated-only run does not overwrite the load results.
