@@ -2803,14 +2803,14 @@ fn main() {
         "repeated": repeated.as_ref().map(Repeated::json),
         "postgres": postgres_run.as_ref().map(|r| {
             let mut run = json!({
-            "providers_per_turn": r.providers,
-            "binding": format!("{} postgres providers, one query each, pool.max_size {}, max_concurrency 1024, other settings default", r.providers, postgres::POOL_SIZE),
-            "baseline": "the same queries through tokio-postgres + deadpool-postgres pools of the same size, prepared once per connection, no ctxd",
-            "ctxd": r.ctxd.json(),
-            "baseline_figures": r.baseline.json(),
-            "turns_answered_incl_warmup": r.traces.answered,
-            "turns_in_trace_store": r.traces.stored,
-        });
+                "providers_per_turn": r.providers,
+                "binding": format!("{} postgres providers, one query each, pool.max_size {}, max_concurrency 1024, other settings default", r.providers, postgres::POOL_SIZE),
+                "baseline": "the same queries through tokio-postgres + deadpool-postgres pools of the same size, prepared once per connection, no ctxd",
+                "ctxd": r.ctxd.json(),
+                "baseline_figures": r.baseline.json(),
+                "turns_answered_incl_warmup": r.traces.answered,
+                "turns_in_trace_store": r.traces.stored,
+            });
             with_ratios(&mut run, &r.ctxd, &r.baseline);
             run
         }),
