@@ -66,10 +66,24 @@ impl Dictionary {
 }
 
 /// The dictionaries records are encoded with, by tenant, project and build: shared by
-/// every thread that encodes rows.
+/// every thread that encodes rows. Keyed level by level, so finding one (every turn)
+/// borrows the names instead of copying them.
 #[derive(Debug, Default)]
 pub(crate) struct Dictionaries {
-    by_build: RwLock<HashMap<(String, String, String), Arc<Dictionary>>>,
+    by_build: RwLock<Kept>,
+}
+
+/// Tenant → project → build → dictionary, and how many are kept.
+#[derive(Debug, Default)]
+struct Kept {
+    tenants: HashMap<String, HashMap<String, HashMap<String, Arc<Dictionary>>>>,
+    count: usize,
+}
+
+impl Kept {
+    fn get(&self, tenant: &str, project: &str, build: &str) -> Option<&Arc<Dictionary>> {
+        self.tenants.get(tenant)?.get(project)?.get(build)
+    }
 }
 
 impl Dictionaries {
@@ -82,15 +96,30 @@ impl Dictionaries {
         build: &str,
         exemplar: impl FnOnce() -> Dictionary,
     ) -> Arc<Dictionary> {
-        let key = (tenant.to_owned(), project.to_owned(), build.to_owned());
-        if let Some(found) = self.by_build.read().expect("not poisoned").get(&key) {
+        if let Some(found) = self
+            .by_build
+            .read()
+            .expect("not poisoned")
+            .get(tenant, project, build)
+        {
             return Arc::clone(found);
         }
-        let mut map = self.by_build.write().expect("not poisoned");
-        if map.len() >= MAX_DICTIONARIES {
-            map.clear();
+        let mut kept = self.by_build.write().expect("not poisoned");
+        if let Some(found) = kept.get(tenant, project, build) {
+            return Arc::clone(found);
         }
-        Arc::clone(map.entry(key).or_insert_with(|| Arc::new(exemplar())))
+        if kept.count >= MAX_DICTIONARIES {
+            *kept = Kept::default();
+        }
+        let dictionary = Arc::new(exemplar());
+        kept.tenants
+            .entry(tenant.to_owned())
+            .or_default()
+            .entry(project.to_owned())
+            .or_default()
+            .insert(build.to_owned(), Arc::clone(&dictionary));
+        kept.count += 1;
+        dictionary
     }
 }
 
