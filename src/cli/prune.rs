@@ -4,7 +4,10 @@
 //! — so it can run beside a serving ctxd. `--dry-run` counts instead of deleting.
 
 use super::traces::{StoreArgs, locate};
-use crate::trace::store::{Pruned, Pruner};
+use crate::trace::store::Pruned;
+use crate::trace::store::prune::{
+    count_past, open_for_pruning, prune_batch, release_free_pages, tenants,
+};
 use crate::trace::writer::PRUNE_BATCH;
 use anyhow::{Context, bail};
 use clap::Args;
@@ -37,23 +40,21 @@ fn parse_age(text: &str) -> Result<Duration, String> {
 
 pub(crate) fn run(args: &PruneArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     let (path, _) = locate(&args.location)?;
-    let mut pruner = Pruner::open(&path).context("cannot prune traces")?;
+    let mut conn = open_for_pruning(&path).context("cannot prune traces")?;
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
     let cutoff_ms =
         now_ms.saturating_sub(i64::try_from(args.older_than.as_millis()).unwrap_or(i64::MAX));
-    let tenants = match &args.tenant {
-        Some(tenant) => vec![tenant.clone()],
-        None => pruner.tenants()?,
-    };
-    if let Some(tenant) = &args.tenant
-        && !pruner.tenants()?.contains(tenant)
-    {
-        bail!(
-            "--tenant {tenant:?}: the trace store {} holds no records of this tenant",
-            super::shown_path(&path)
-        );
+    let mut tenants = tenants(&conn, &path)?;
+    if let Some(tenant) = &args.tenant {
+        if !tenants.contains(tenant) {
+            bail!(
+                "--tenant {tenant:?}: the trace store {} holds no records of this tenant",
+                super::shown_path(&path)
+            );
+        }
+        tenants = vec![tenant.clone()];
     }
     let verb = if args.dry_run {
         "would be deleted"
@@ -63,11 +64,11 @@ pub(crate) fn run(args: &PruneArgs, out: &mut impl Write) -> anyhow::Result<Exit
     let mut total = Pruned::default();
     for tenant in &tenants {
         let pruned = if args.dry_run {
-            pruner.count_past(tenant, cutoff_ms)?
+            count_past(&conn, &path, tenant, cutoff_ms)?
         } else {
             let mut pruned = Pruned::default();
             loop {
-                let batch = pruner.prune_batch(tenant, cutoff_ms, PRUNE_BATCH)?;
+                let batch = prune_batch(&mut conn, &path, tenant, cutoff_ms, PRUNE_BATCH)?;
                 if batch == Pruned::default() {
                     break;
                 }
@@ -84,7 +85,7 @@ pub(crate) fn run(args: &PruneArgs, out: &mut impl Write) -> anyhow::Result<Exit
         total.add(pruned);
     }
     if !args.dry_run && total != Pruned::default() {
-        pruner.release_free_pages(RELEASE_ALL_PAGES)?;
+        release_free_pages(&conn, &path, RELEASE_ALL_PAGES)?;
     }
     writeln!(out, "total: {} {verb}", counts(&total))?;
     Ok(ExitCode::SUCCESS)

@@ -31,7 +31,7 @@
 //! | `seal` | the retention cipher (pure) |
 //! | `rows` | [`RowEncoder`] and the rows it encodes ([`TraceRows`], [`Queued`], …) |
 //! | `write` | [`TraceStore`]: the write connection and its batch transaction |
-//! | `prune` | deleting records past their keep in small transactions, measuring the store; [`Pruner`] for `ctxd traces prune` |
+//! | `prune` | deleting records past their keep in small transactions, measuring the store; the operator's connection of `ctxd traces prune` |
 //! | `read` | [`TraceReader`]: a read-only connection; runs the searches [`super::query`] plans |
 //! | `pool` | [`ReaderPool`]: a bounded set of readers, checked out per request |
 //!
@@ -63,7 +63,7 @@
 mod codec;
 mod error;
 mod pool;
-mod prune;
+pub(crate) mod prune;
 mod read;
 mod rows;
 mod schema;
@@ -74,7 +74,7 @@ pub use super::query::{SearchPage, SearchQuery};
 pub use error::StoreError;
 pub(crate) use pool::{ReaderCheckout, ReaderPool, ReaderPoolSettings};
 pub use prune::Pruned;
-pub(crate) use prune::{Pruner, disk_available};
+pub(crate) use prune::disk_available;
 pub use read::{StoreCounts, TraceReader};
 pub use rows::{
     HandleOperationRow, LayerRow, ProviderRow, Queued, RetainedRow, RowEncoder, TraceRows, TurnRow,

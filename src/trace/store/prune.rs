@@ -281,52 +281,21 @@ pub(crate) fn disk_available(path: &Path) -> Option<u64> {
 }
 
 /// A write connection for `ctxd traces prune`: opened beside a running server (WAL and
-/// the busy timeout let both write), on a store of exactly this code's schema.
-pub(crate) struct Pruner {
-    conn: Connection,
-    path: std::path::PathBuf,
-}
-
-impl Pruner {
-    /// Opens an existing store (never creates one: a missing file is an error).
-    pub(crate) fn open(path: &Path) -> Result<Pruner, StoreError> {
-        let conn = Connection::open_with_flags(
-            path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|source| StoreError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        conn.busy_timeout(super::schema::BUSY_TIMEOUT)
-            .map_err(sqlite(path, "set busy_timeout"))?;
-        super::schema::require_current(&conn, path)?;
-        Ok(Pruner {
-            conn,
-            path: path.to_path_buf(),
-        })
-    }
-
-    pub(crate) fn tenants(&self) -> Result<Vec<String>, StoreError> {
-        tenants(&self.conn, &self.path)
-    }
-
-    pub(crate) fn prune_batch(
-        &mut self,
-        tenant: &str,
-        cutoff_ms: i64,
-        batch: usize,
-    ) -> Result<Pruned, StoreError> {
-        prune_batch(&mut self.conn, &self.path, tenant, cutoff_ms, batch)
-    }
-
-    pub(crate) fn count_past(&self, tenant: &str, cutoff_ms: i64) -> Result<Pruned, StoreError> {
-        count_past(&self.conn, &self.path, tenant, cutoff_ms)
-    }
-
-    pub(crate) fn release_free_pages(&self, pages: u32) -> Result<(), StoreError> {
-        release_free_pages(&self.conn, &self.path, pages)
-    }
+/// the busy timeout let both write), on an existing store (never created) of exactly
+/// this code's schema.
+pub(crate) fn open_for_pruning(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|source| StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    conn.busy_timeout(super::schema::BUSY_TIMEOUT)
+        .map_err(sqlite(path, "set busy_timeout"))?;
+    super::schema::require_current(&conn, path)?;
+    Ok(conn)
 }
 
 #[cfg(test)]
