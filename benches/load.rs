@@ -72,6 +72,10 @@
 
 #[path = "load/postgres.rs"]
 mod postgres;
+#[path = "load/same_hop.rs"]
+mod same_hop;
+#[path = "load/scaling.rs"]
+mod scaling;
 
 use ctxd::contract::{LookupRequest, LookupResponse};
 use serde_json::{Value, json};
@@ -153,7 +157,7 @@ fn parse_args() -> Args {
         duration: Duration::from_secs(10),
         warmup: Duration::from_secs(1),
         concurrency: 64,
-        providers: vec![1, 4, 8],
+        providers: vec![1, 2, 4, 8, 16],
         overhead_providers: Some(4),
         soak: None,
         soak_providers: 4,
@@ -1434,6 +1438,11 @@ impl Phase {
         seconds * 1000.0 / self.turns().max(1) as f64
     }
 
+    /// CPU µs per turn of the server process (ctxd, or the same-hop server).
+    fn cpu_us_per_turn(&self) -> f64 {
+        self.per_1000(self.cpu.ctxd) * 1000.0
+    }
+
     /// Upstream lookups per provider call a turn made: 1 without a cache.
     fn upstream_per_call(&self) -> f64 {
         self.upstream_lookups as f64 / (self.turns() * self.providers).max(1) as f64
@@ -1884,6 +1893,7 @@ fn soak(
 const COLOR_CTXD: &str = "#1f5fbf";
 const COLOR_BASE: &str = "#d9731a";
 const COLOR_COMPARE: &str = "#2e8b3e";
+const COLOR_SAME_HOP: &str = "#8a3fb0";
 
 fn xml(text: &str) -> String {
     text.replace('&', "&amp;")
@@ -1941,6 +1951,7 @@ struct Panel<'a> {
     subtitle: String,
     ctxd: &'a Phase,
     baseline: &'a Phase,
+    same_hop: Option<&'a Phase>,
     compare: Option<&'a Phase>,
 }
 
@@ -1969,6 +1980,12 @@ impl<'a> Panel<'a> {
                 name: "raw baseline",
             },
         ];
+        curves.extend(self.same_hop.map(|phase| Curve {
+            phase,
+            color: COLOR_SAME_HOP,
+            dash: "4 2 1 2",
+            name: "same-hop baseline",
+        }));
         curves.extend(self.compare.map(|phase| Curve {
             phase,
             color: COLOR_COMPARE,
@@ -2271,6 +2288,9 @@ struct Run {
     providers: usize,
     ctxd: Phase,
     baseline: Phase,
+    /// The same-hop baseline: a minimal turn server doing ctxd's network work (not in
+    /// the PostgreSQL run).
+    same_hop: Option<Phase>,
     traces: TraceCheck,
     /// The `--compare-ctxd` binary's side, when one was given.
     compare: Option<Compared>,
@@ -2324,6 +2344,52 @@ impl Versus {
             "  ctxd ÷ compare: CPU per turn {:.3} (ctxd process), {:.3} (ctxd + client + mocks); throughput {:.3}",
             self.ctxd_cpu_per_turn, self.total_cpu_per_turn, self.throughput
         )
+    }
+}
+
+/// ctxd against the same-hop baseline (a minimal server doing ctxd's network work, see
+/// `load/same_hop.rs`), measured side by side: what ctxd itself adds per turn.
+struct SameHop {
+    /// ctxd's turns/s ÷ the same-hop server's.
+    throughput: f64,
+    /// CPU µs per turn of the ctxd process and of the same-hop process.
+    ctxd_cpu_us: f64,
+    same_hop_cpu_us: f64,
+    /// The same with the client and the mocks: the whole machine's cost of a turn.
+    total_cpu_per_turn: f64,
+}
+
+impl SameHop {
+    fn of(ctxd: &Phase, hop: &Phase) -> SameHop {
+        SameHop {
+            throughput: ctxd.throughput() / hop.throughput(),
+            ctxd_cpu_us: ctxd.cpu_us_per_turn(),
+            same_hop_cpu_us: hop.cpu_us_per_turn(),
+            total_cpu_per_turn: ctxd.per_1000(ctxd.cpu_total()) / hop.per_1000(hop.cpu_total()),
+        }
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "  ctxd ÷ same-hop: throughput {:.3}; server CPU per turn {:.0} µs ÷ {:.0} µs = {:.2} (ctxd + client + mocks {:.2}); ctxd's own work {:.0} µs per turn",
+            self.throughput,
+            self.ctxd_cpu_us,
+            self.same_hop_cpu_us,
+            self.ctxd_cpu_us / self.same_hop_cpu_us,
+            self.total_cpu_per_turn,
+            self.ctxd_cpu_us - self.same_hop_cpu_us
+        )
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "throughput_ratio": self.throughput,
+            "ctxd_cpu_us_per_turn": self.ctxd_cpu_us,
+            "same_hop_cpu_us_per_turn": self.same_hop_cpu_us,
+            "server_cpu_per_turn_ratio": self.ctxd_cpu_us / self.same_hop_cpu_us,
+            "total_cpu_per_turn_ratio": self.total_cpu_per_turn,
+            "ctxd_own_cpu_us_per_turn": self.ctxd_cpu_us - self.same_hop_cpu_us,
+        })
     }
 }
 
@@ -2395,6 +2461,26 @@ fn warn_foreign(phase: &Phase) {
 
 const HEADER: &str = "  N side       turns/s  p50 ms  p90 ms  p99 ms   max ms  ctxd    client  mocks   total   RSS MiB  ratio\n                                                          CPU-s per 1000 turns";
 
+/// The closed-loop runs as the scaling curve's points, in provider order.
+fn scaling_points(runs: &[Run]) -> Vec<scaling::Point> {
+    let mut points: Vec<scaling::Point> = runs
+        .iter()
+        .filter_map(|r| {
+            let hop = r.same_hop.as_ref()?;
+            Some(scaling::Point {
+                providers: r.providers,
+                ctxd_turns_per_second: r.ctxd.throughput(),
+                same_hop_turns_per_second: hop.throughput(),
+                raw_turns_per_second: r.baseline.throughput(),
+                ctxd_cpu_us: r.ctxd.cpu_us_per_turn(),
+                same_hop_cpu_us: hop.cpu_us_per_turn(),
+            })
+        })
+        .collect();
+    points.sort_by_key(|p| p.providers);
+    points
+}
+
 /// Adds ctxd's throughput, p50, p99 and CPU-per-turn ratios against `baseline` to a
 /// run's JSON object.
 fn with_ratios(run: &mut Value, ctxd: &Phase, baseline: &Phase) {
@@ -2406,6 +2492,8 @@ fn with_ratios(run: &mut Value, ctxd: &Phase, baseline: &Phase) {
 }
 
 fn main() {
+    // The same-hop baseline's server is this binary started again.
+    same_hop::serve_if_asked();
     let args = parse_args();
     std::fs::create_dir_all(&args.out).unwrap();
     let machine = Machine {
@@ -2505,24 +2593,44 @@ fn main() {
                         .collect(),
                 },
             });
+            let hop = same_hop::SameHopProcess::start(mocks, args.workers);
+            let hop_target = Arc::new(Target {
+                client: client(pool),
+                values: Values::Cycle,
+                asked: AtomicU64::new(0),
+                side: Side::Ctxd {
+                    label: "same-hop",
+                    pid: hop.pid(),
+                    base: hop.base().to_owned(),
+                    url: format!("{}/v1/turns", hop.base()),
+                    providers,
+                    answered: Arc::default(),
+                },
+            });
             let mut settings = closed_loop_phase(providers);
-            let mut targets = vec![&ctxd.target, &raw_target];
+            let mut targets = vec![&ctxd.target, &raw_target, &hop_target];
             targets.extend(compare.as_ref().map(|c| &c.target));
             let mut phases = machine
                 .interleave(&client_runtime, &targets, &settings)
                 .into_iter();
-            let (ctxd_phase, baseline_phase) = (phases.next().unwrap(), phases.next().unwrap());
+            let (ctxd_phase, baseline_phase, hop_phase) = (
+                phases.next().unwrap(),
+                phases.next().unwrap(),
+                phases.next().unwrap(),
+            );
+            drop(hop);
             let compare_phase = phases.next();
             println!("\n{HEADER}");
             println!("{}", fmt_row(&ctxd_phase, None));
-            for other in std::iter::once(&baseline_phase).chain(&compare_phase) {
+            for other in [&baseline_phase, &hop_phase].into_iter().chain(&compare_phase) {
                 let ratio = ctxd_phase.throughput() / other.throughput();
                 println!("{}", fmt_row(other, Some(ratio)));
             }
+            println!("{}", SameHop::of(&ctxd_phase, &hop_phase).line());
             if let Some(compare_phase) = &compare_phase {
                 println!("{}", Versus::of(&ctxd_phase, compare_phase).line());
             }
-            for phase in [&ctxd_phase, &baseline_phase]
+            for phase in [&ctxd_phase, &baseline_phase, &hop_phase]
                 .into_iter()
                 .chain(&compare_phase)
             {
@@ -2575,6 +2683,7 @@ fn main() {
                 providers,
                 ctxd: ctxd_phase,
                 baseline: baseline_phase,
+                same_hop: Some(hop_phase),
                 traces,
                 compare,
             });
@@ -2682,6 +2791,7 @@ fn main() {
             providers,
             ctxd: ctxd_phase,
             baseline: baseline_phase,
+            same_hop: None,
             traces,
             compare: None,
         }
@@ -2723,9 +2833,24 @@ fn main() {
     if let Some(run) = runs.iter().find(|r| r.providers == 4) {
         let ratio = run.ctxd.throughput() / run.baseline.throughput();
         targets.push(
-            json!({"target": "throughput at 4 providers/turn, 64 concurrent >= 0.7 x raw baseline",
+            json!({"target": "throughput at 4 providers/turn, 64 concurrent >= 0.7 x raw (no-hop) baseline",
             "concurrency": args.concurrency, "measured": ratio, "met": ratio >= 0.7}),
         );
+        let cpu_us = run.ctxd.cpu_us_per_turn();
+        targets.push(
+            json!({"target": "ctxd CPU per 4-provider turn <= 120 us",
+            "measured_us": cpu_us, "met": cpu_us <= 120.0}),
+        );
+    }
+    for (run, hop) in runs
+        .iter()
+        .filter(|r| r.providers == 4 || r.providers == 8)
+        .filter_map(|r| Some((r, r.same_hop.as_ref()?)))
+    {
+        let ratio = run.ctxd.throughput() / hop.throughput();
+        targets.push(json!({
+            "target": format!("throughput at {} providers/turn, {} concurrent >= 0.7 x same-hop baseline", run.providers, args.concurrency),
+            "measured": ratio, "met": ratio >= 0.7}));
     }
     if let Some(o) = &overhead {
         match o.ctxd.overhead_p99_seconds() {
@@ -2780,6 +2905,8 @@ fn main() {
                 "turns_answered_incl_warmup": r.traces.answered,
                 "turns_in_trace_store": r.traces.stored,
                 "trace_store_bytes_per_turn": r.traces.bytes_per_turn(),
+                "same_hop": r.same_hop.as_ref().map(Phase::json),
+                "same_hop_ratios": r.same_hop.as_ref().map(|hop| SameHop::of(&r.ctxd, hop).json()),
             });
             with_ratios(&mut run, &r.ctxd, &r.baseline);
             if let (Some(compared), Some(binary)) = (&r.compare, &args.compare_ctxd) {
@@ -2848,6 +2975,7 @@ fn main() {
                 ),
                 ctxd: &r.ctxd,
                 baseline: &r.baseline,
+                same_hop: r.same_hop.as_ref(),
                 compare: r.compare.as_ref().map(|c| &c.phase),
             })
             .collect();
@@ -2860,6 +2988,7 @@ fn main() {
                 ),
                 ctxd: &o.ctxd,
                 baseline: &o.baseline,
+                same_hop: None,
                 compare: None,
             });
         }
@@ -2881,6 +3010,16 @@ fn main() {
         let chart_path = args.out.join("latency.svg");
         std::fs::write(&chart_path, svg).unwrap();
         println!("wrote {}", chart_path.display());
+        let points = scaling_points(&runs);
+        println!("\nscaling (closed loop, {} concurrent):\n{}", args.concurrency, scaling::table(&points));
+        let scaling_path = args.out.join("scaling.svg");
+        let note = format!(
+            "{cpus} CPUs shared by client, mock providers and the server; {} concurrent; {} s measured per point",
+            args.concurrency,
+            args.duration.as_secs_f64()
+        );
+        std::fs::write(&scaling_path, scaling::chart(&points, &note)).unwrap();
+        println!("wrote {}", scaling_path.display());
     }
     let mock_requests: u64 = mocks
         .iter()

@@ -1,0 +1,243 @@
+//! The same-hop baseline of the load bench: a minimal turn server with ctxd's network
+//! work and nothing else. It runs as its own process (the bench binary started again
+//! with [`SERVER_ENV`] set), so its CPU and RSS are measured exactly as ctxd's are.
+//!
+//! Built on the same stack as ctxd: actix-web with one worker per CPU (or `--workers`)
+//! in, reqwest (HTTP/1.1, keep-alive pool, redirects off) out. A turn: the client's
+//! `POST /v1/turns` (bearer key compared, JSON body parsed), the same N upstream
+//! `lookup` calls made concurrently with the same bearer header and the same request
+//! body as ctxd sends, each answer read and parsed as `LookupResponse`, and a JSON
+//! answer of the same shape and a similar size as ctxd's (layers, providers with their
+//! items, and a rendered text holding each item's content). It does **not** authenticate
+//! against hashed keys, gate, admit, check bounds or secrets, fingerprint, render with
+//! fences, record metrics, or capture and write a trace: the ratio against it is what
+//! ctxd itself adds over its network work.
+
+use super::{API_KEY, LIMIT, PROVIDER_SECRET};
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use ctxd::contract::{LookupRequest, LookupResponse};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Set (to the upstream addresses, comma-separated) when the bench binary runs as the
+/// same-hop server.
+pub(crate) const SERVER_ENV: &str = "CTXD_BENCH_SAME_HOP_UPSTREAMS";
+/// The actix-web worker count of the server (unset: one per CPU, like ctxd).
+const WORKERS_ENV: &str = "CTXD_BENCH_SAME_HOP_WORKERS";
+const LISTENING: &str = "same-hop listening on ";
+
+/// Runs the server and never returns when the process was started as one.
+pub(crate) fn serve_if_asked() {
+    let Ok(upstreams) = std::env::var(SERVER_ENV) else {
+        return;
+    };
+    let urls: Vec<String> = upstreams
+        .split(',')
+        .map(|address| format!("http://{address}/context"))
+        .collect();
+    let workers = std::env::var(WORKERS_ENV)
+        .ok()
+        .and_then(|w| w.parse::<usize>().ok());
+    let result = actix_rt::System::new().block_on(serve(urls, workers));
+    if let Err(error) = result {
+        eprintln!("same-hop server: {error}");
+        std::process::exit(1);
+    }
+    std::process::exit(0);
+}
+
+struct Upstreams {
+    client: reqwest::Client,
+    urls: Vec<String>,
+}
+
+async fn serve(urls: Vec<String>, workers: Option<usize>) -> std::io::Result<()> {
+    let client = reqwest::Client::builder()
+        .http1_only()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(256)
+        .timeout(Duration::from_secs(1))
+        .build()
+        .expect("the same-hop client builds");
+    let state = web::Data::new(Upstreams { client, urls });
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .route("/v1/turns", web::post().to(turn))
+    })
+    .bind("127.0.0.1:0")?;
+    if let Some(workers) = workers {
+        server = server.workers(workers);
+    }
+    let address = server.addrs()[0];
+    println!("{LISTENING}http://{address}");
+    server.run().await
+}
+
+/// The fields of ctxd's turn request the server reads.
+#[derive(Deserialize)]
+struct TurnRequest {
+    project: String,
+    inputs: std::collections::BTreeMap<String, String>,
+}
+
+async fn turn(request: HttpRequest, body: web::Bytes, state: web::Data<Upstreams>) -> HttpResponse {
+    let authorized = request
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        == Some(API_KEY);
+    if !authorized {
+        return HttpResponse::Unauthorized().finish();
+    }
+    let Ok(turn) = serde_json::from_slice::<TurnRequest>(&body) else {
+        return HttpResponse::BadRequest().finish();
+    };
+    let Some(value) = turn.inputs.get("customerId") else {
+        return HttpResponse::BadRequest().finish();
+    };
+    let calls = state.urls.iter().enumerate().map(|(k, url)| {
+        let provider = format!("p{}", k + 1);
+        let body = serde_json::to_vec(&LookupRequest::new(&provider, "customerId", value, LIMIT))
+            .expect("a lookup request serializes");
+        let client = &state.client;
+        async move {
+            let answer = async {
+                let response = client
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .header("accept", "application/json")
+                    .bearer_auth(PROVIDER_SECRET)
+                    .body(body)
+                    .send()
+                    .await
+                    .ok()?;
+                if response.status() != 200 {
+                    return None;
+                }
+                let bytes = response.bytes().await.ok()?;
+                serde_json::from_slice::<LookupResponse>(&bytes).ok()
+            }
+            .await;
+            (provider, answer)
+        }
+    });
+    let answers = join_all(calls.collect()).await;
+    let mut rendered = String::new();
+    let mut layers = Vec::with_capacity(answers.len());
+    let mut providers = Vec::with_capacity(answers.len());
+    for (provider, answer) in answers {
+        let status = if answer.is_some() { "OK" } else { "UNAVAILABLE" };
+        let items: Vec<Value> = answer.map_or_else(Vec::new, |answer| {
+            answer
+                .items
+                .into_iter()
+                .map(|item| {
+                    if let Some(title) = &item.title {
+                        rendered.push_str(title);
+                        rendered.push('\n');
+                    }
+                    rendered.push_str(&item.content);
+                    rendered.push('\n');
+                    json!({"id": item.id, "title": item.title, "content": item.content,
+                           "metadata": item.metadata, "updatedAt": item.updated_at})
+                })
+                .collect()
+        });
+        layers.push(json!({"id": format!("{provider}-layer"), "status": "INCLUDED",
+                           "required": false, "providers": [&provider]}));
+        providers.push(json!({"id": provider, "status": status, "source": "LIVE",
+                              "currentness": "CURRENT", "items": items}));
+    }
+    let answer = json!({"project": turn.project, "layers": layers,
+                        "providers": providers, "context": rendered});
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(serde_json::to_vec(&answer).expect("the answer serializes"))
+}
+
+/// Polls every future until all are done, in order.
+async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<_> = futures.into_iter().map(Box::pin).map(Some).collect();
+    let mut results: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(move |cx| {
+        let mut pending = false;
+        for (slot, result) in futures.iter_mut().zip(results.iter_mut()) {
+            if let Some(future) = slot {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(value) => {
+                        *result = Some(value);
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(results.iter_mut().map(|r| r.take().unwrap()).collect())
+        }
+    })
+    .await
+}
+
+/// The same-hop server as a child process of the bench.
+pub(crate) struct SameHopProcess {
+    child: Child,
+    base: String,
+}
+
+impl SameHopProcess {
+    /// Starts the bench binary again as the server, calling `mocks`.
+    pub(crate) fn start(mocks: &[SocketAddr], workers: Option<usize>) -> SameHopProcess {
+        let upstreams: Vec<String> = mocks.iter().map(SocketAddr::to_string).collect();
+        let mut command = Command::new(std::env::current_exe().expect("the bench knows its path"));
+        command
+            .env(SERVER_ENV, upstreams.join(","))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        match workers {
+            Some(workers) => command.env(WORKERS_ENV, workers.to_string()),
+            None => command.env_remove(WORKERS_ENV),
+        };
+        let mut child = command.spawn().expect("the same-hop server starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(address) = line.strip_prefix(LISTENING) {
+                    let _ = tx.send(address.to_owned());
+                }
+            }
+        });
+        let base = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the same-hop server prints its address within 30 s");
+        eprintln!("same-hop pid {} ({} providers)", child.id(), mocks.len());
+        SameHopProcess { child, base }
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+}
+
+impl Drop for SameHopProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
