@@ -31,8 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
-/// How often a retired provider checks whether the old set's turns let go of it.
-const RETIRE_POLL: Duration = Duration::from_millis(50);
+/// How often a reload looks at actors: a retired one's holders, a new one's first probe.
+const POLL: Duration = Duration::from_millis(50);
 /// Beyond the longest turn deadline, the wait before a retired provider is stopped
 /// whoever still holds it (the API gives up on a turn one second past its deadline).
 const RETIRE_MARGIN: Duration = Duration::from_secs(1);
@@ -66,6 +66,8 @@ pub(crate) struct Running {
 pub(super) struct Built {
     pub(super) set: ServedSet,
     pub(super) handles: BTreeMap<ProviderKey, ProviderHandle>,
+    /// The actors started for it (the others were kept).
+    started: Vec<Addr<super::ProviderActor>>,
 }
 
 impl Running {
@@ -240,6 +242,7 @@ impl Running {
         Ok(Built {
             set: ServedSet { tenants, providers },
             handles,
+            started,
         })
     }
 
@@ -253,11 +256,24 @@ impl Running {
         actix_rt::spawn(async move {
             let until = Instant::now() + max_turn + RETIRE_MARGIN;
             while Arc::strong_count(&handle.gate) > 2 && Instant::now() < until {
-                actix_rt::time::sleep(RETIRE_POLL).await;
+                actix_rt::time::sleep(POLL).await;
             }
             let _ = handle.addr.send(Shutdown).await;
             tracing::info!(%tenant, %provider, "provider stopped: its binding changed or was removed by a reload");
         });
+    }
+}
+
+/// Waits until every actor in `started` has finished its first readiness probe (ready
+/// or not), at most `limit`.
+async fn first_probes(started: &[Addr<super::ProviderActor>], limit: Duration) {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        let snapshots = Topology::observe(started).await;
+        if snapshots.len() == started.len() && snapshots.iter().all(|s| s.ready.is_some()) {
+            return;
+        }
+        actix_rt::time::sleep(POLL).await;
     }
 }
 
@@ -311,6 +327,8 @@ impl Topology {
             )
             .await?;
         drop(kept);
+        // So that `/readyz` does not go back to `starting` when the new set serves.
+        first_probes(&built.started, self.registry.max_turn).await;
         // From here on new turns find the new set; the old one lives on in the turns
         // that hold its tenants.
         drop(self.registry.swap(built.set));

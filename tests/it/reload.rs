@@ -493,6 +493,9 @@ async fn a_kept_binding_keeps_its_open_breaker_and_its_pool_and_a_changed_one_st
         ],
         "{body:#}"
     );
+    // The new actors were probed before they served: the replica stays ready.
+    let ready = client().get(ctxd.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
     let (_, body) = turn(&ctxd, ACME_KEY, lookup()).await;
     assert_eq!(provider(&body, "crm")["status"], "OK", "{body:#}");
     assert_eq!(crm.lookups(), crm_lookups + 1);
