@@ -312,9 +312,16 @@ async fn ten_reloads_under_load_fail_no_turn_and_an_invalid_config_changes_nothi
             );
         }
         // The load went on through the reload.
-        while load.answered.load(Ordering::SeqCst) <= answered_before {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        for _ in 0..1500 {
+            if load.answered.load(Ordering::SeqCst) > answered_before {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        assert!(
+            load.answered.load(Ordering::SeqCst) > answered_before,
+            "round {round}: the load stalled"
+        );
     }
     let (answered, failed) = load.stop().await;
     assert!(
@@ -552,4 +559,82 @@ async fn without_an_admin_key_the_route_is_not_found_and_sighup_still_reloads() 
     assert_eq!(status, 200, "{body:#}");
     assert!(rendered(&body).contains("Policy revision 2."));
     assert_clean_logs(&ctxd);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_in_flight_finishes_on_the_set_it_started_on() {
+    // Lookups take long enough to be in flight across the reload; probes answer at once.
+    let crm = ProviderServer::new()
+        .describe_behaviour(Behaviour::Answer)
+        .behaviour(Behaviour::Delay(
+            Duration::from_secs(3),
+            Box::new(Behaviour::Answer),
+        ))
+        .start()
+        .await;
+    let files = Files::new();
+    let mut current = spec(vec![("crm", crm.url(), "timeout_ms = 8000\n".to_owned())]);
+    files.write(&current);
+    let ctxd = start(&files);
+    let (status, before) = turn(&ctxd, ACME_KEY, lookup()).await;
+    assert_eq!(status, 200, "{before:#}");
+    let lookups = crm.lookups();
+
+    let in_flight = {
+        let url = ctxd.url("/v1/turns");
+        tokio::spawn(async move {
+            let response = client()
+                .post(url)
+                .bearer_auth(ACME_KEY)
+                .json(&lookup())
+                .send()
+                .await
+                .unwrap();
+            (
+                response.status().as_u16(),
+                response.json::<Value>().await.unwrap(),
+            )
+        })
+    };
+    assert!(
+        crm.wait_for(Duration::from_secs(10), |s| s.lookups() > lookups)
+            .await,
+        "the turn reached its provider"
+    );
+    // Its provider's binding and its policy change while it waits for the answer.
+    current.policy = "Policy revision 1.".to_owned();
+    current.providers = vec![("crm", crm.url(), "timeout_ms = 8100\n".to_owned())];
+    files.write(&current);
+    let (status, body) = admin_reload(&ctxd, Some(ADMIN_KEY)).await;
+    assert_eq!(status, 200, "{body:#}");
+    assert_eq!(
+        strings(&body["changes"]["bindings"]["changed"]),
+        ["acme/acme-binding.toml#crm"]
+    );
+    assert!(!in_flight.is_finished(), "the turn is still in flight");
+
+    let (status, old) = in_flight.await.unwrap();
+    assert_eq!(status, 200, "{old:#}");
+    assert_eq!(provider(&old, "crm")["status"], "OK", "{old:#}");
+    assert!(
+        rendered(&old).contains("Policy revision 0."),
+        "{}",
+        rendered(&old)
+    );
+    assert_eq!(
+        old["bindingDigest"], before["bindingDigest"],
+        "the old set's binding"
+    );
+
+    let (status, new) = turn(&ctxd, ACME_KEY, lookup()).await;
+    assert_eq!(status, 200, "{new:#}");
+    assert_eq!(provider(&new, "crm")["status"], "OK", "{new:#}");
+    assert!(rendered(&new).contains("Policy revision 1."));
+    assert_ne!(new["bindingDigest"], before["bindingDigest"]);
+    wait_for_log(
+        &ctxd,
+        "provider stopped: its binding changed or was removed",
+        1,
+    )
+    .await;
 }
