@@ -272,6 +272,7 @@ fn check_environment(config: &ServerConfig, env: &EnvVars, problems: &mut Proble
         let (tenant, kind) = match found.need {
             EnvironmentNeed::ApiKey { tenant } => (Some(tenant), ProblemKind::ApiKey),
             EnvironmentNeed::DigestKey => (None, ProblemKind::DigestKey),
+            EnvironmentNeed::Admin => (None, ProblemKind::ApiKey),
         };
         problems.in_config(found.problem, tenant, kind);
     }

@@ -28,6 +28,8 @@
 //!   operations.
 //! - [`digest`] — canonical JSON and SHA-256 digests.
 //! - [`trace`] — the provenance record model, keyed digests, the trace store and writer.
+//! - [`reload`] — what a reload changes (pure): settings that need a restart, provider
+//!   actors kept, started and stopped, the summary.
 //! - [`actors`] — provider actors, per-worker coordinators, start and ordered shutdown.
 //! - [`api`] — the HTTP API: routes, the tenant extractor, error mapping, request bounds,
 //!   the drain at shutdown.
@@ -51,6 +53,7 @@ pub mod kernel;
 pub mod outcome;
 pub mod project;
 pub mod providers;
+pub(crate) mod reload;
 pub(crate) mod resilience;
 pub(crate) mod telemetry;
 pub mod trace;

@@ -8,13 +8,16 @@
 //!   its worker's turns.
 //! - `TraceWriter` (`trace::writer`), on its own thread: persists provenance in batches.
 //!
-//! `topology` starts them and shuts them down in order. Actors hold state and move
+//! `topology` starts them and shuts them down in order; `reloading` swaps in a new set
+//! of tenants and providers without a restart. Actors hold state and move
 //! messages; the rules live in the pure cores.
 
 pub(crate) mod coordinator;
 pub(crate) mod provider;
+pub(crate) mod reloading;
 pub(crate) mod topology;
 
 pub(crate) use coordinator::{Coordinator, CoordinatorSnapshot, RunTurn, TurnError};
 pub(crate) use provider::ProviderActor;
+pub(crate) use reloading::{ReloadInbox, ReloadRequests};
 pub(crate) use topology::{Mode, Registry, TenantRuntime, Topology};

@@ -3,12 +3,14 @@
 //! tenant × binding file × provider id (spread over a few arbiters) and, for a tenant
 //! with a cached provider, its response cache store (its share of `[cache]`), and
 //! shuts down in order — providers stop and pools close only after the HTTP server has
-//! finished its in-flight turns.
+//! finished its in-flight turns. The tenants and their providers are one [`ServedSet`]
+//! behind one pointer that a reload (`actors::reloading`) swaps.
 
 use super::provider::{Observe, ProviderActor, ProviderGate, ProviderSnapshot, Shutdown};
+use super::reloading::Running;
 use crate::config::Retention;
 use crate::config::{EnvVars, ProviderBinding, ServerConfig};
-use crate::deployment::{Deployment, DeploymentProblem, ProblemKind, ResolvedProject, Severity};
+use crate::deployment::{Deployment, DeploymentProblem, ProblemKind, Severity};
 use crate::project::Project;
 use crate::providers::redact::SecretHandling;
 use crate::resilience::cache::{CacheScope, CacheStore, ProviderCache};
@@ -20,9 +22,9 @@ use crate::trace::writer::{self, TraceSender, TraceWriterHandle, WriterSettings}
 use actix::prelude::*;
 use anyhow::{anyhow, bail};
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 use subtle::ConstantTimeEq;
 
@@ -47,7 +49,9 @@ impl Mode {
 
 /// Everything a turn needs to find, shared by every worker.
 pub(crate) struct Registry {
-    pub(crate) tenants: Vec<Arc<TenantRuntime>>,
+    /// The tenants and provider actors serving now. A turn reads it once, when its key
+    /// is looked up, and finishes on that set whatever a reload swaps in meanwhile.
+    served: RwLock<Arc<ServedSet>>,
     pub(crate) digest_key: DigestKey,
     /// Longest turn deadline.
     pub(crate) max_turn: Duration,
@@ -66,13 +70,23 @@ pub(crate) struct Registry {
     pub(crate) handles: Arc<crate::handles::HandleStore>,
 }
 
+/// The tenants served, with their projects and provider handles, and every provider
+/// actor of them: what a reload replaces as a whole.
+pub(crate) struct ServedSet {
+    pub(crate) tenants: Vec<Arc<TenantRuntime>>,
+    /// Every provider actor of this set, for `/readyz`.
+    pub(crate) providers: Vec<Addr<ProviderActor>>,
+}
+
 pub(crate) struct TenantRuntime {
     pub(crate) id: String,
     /// SHA-256 of the tenant's API key.
     pub(crate) key_sha256: [u8; 32],
     pub(crate) max_in_flight: usize,
-    /// Turns of this tenant in flight; bounded by `max_in_flight` (429 beyond).
-    pub(crate) in_flight: AtomicUsize,
+    /// Turns of this tenant in flight; bounded by `max_in_flight` (429 beyond). Shared
+    /// with the tenant's runtime in the set a reload swaps in, so the bound holds across
+    /// the swap.
+    pub(crate) in_flight: Arc<AtomicUsize>,
     pub(crate) projects: BTreeMap<String, Arc<ProjectRuntime>>,
 }
 
@@ -105,9 +119,10 @@ pub(crate) struct ProviderHandle {
 
 /// The running runtime: the registry and what must be stopped.
 pub(crate) struct Topology {
-    registry: Arc<Registry>,
-    providers: Vec<Addr<ProviderActor>>,
-    arbiters: Vec<Arbiter>,
+    pub(super) registry: Arc<Registry>,
+    /// What a reload compares against and reuses: the running providers by place.
+    pub(super) running: Running,
+    pub(super) arbiters: Vec<Arbiter>,
     writer: TraceWriterHandle,
 }
 
@@ -153,87 +168,24 @@ impl Topology {
         refuse_or_warn(config, &deployment, mode)?;
 
         let arbiters: Vec<Arbiter> = (0..PROVIDER_ARBITERS).map(|_| Arbiter::new()).collect();
-        let mut started: Vec<Addr<ProviderActor>> = Vec::new();
-        let mut tenants = Vec::new();
-        // One actor per tenant × binding file × provider id.
-        let mut actors: HashMap<(String, PathBuf, String), ProviderHandle> = HashMap::new();
-        for (tenant, resolved) in config.tenants.iter().zip(deployment.tenants) {
-            let key_sha256 = tenant
-                .api_key
-                .sha256(env)
-                .ok_or_else(|| anyhow!("tenant {}: its API key is not available", tenant.id))?;
-            // Without fatal problems, each project id is here once.
-            let mut projects = BTreeMap::new();
-            // Created with the tenant's first cached provider.
-            let mut cache_store = None;
-            for resolved_project in resolved.projects {
-                let ResolvedProject {
-                    project,
-                    build_json,
-                    binding,
-                    providers: bound,
-                    ..
-                } = resolved_project;
-                let mut runtime = ProjectRuntime {
-                    build_json,
-                    build_recorded: AtomicBool::new(false),
-                    project,
-                    binding: None,
-                    providers: HashMap::new(),
-                };
-                if let (Mode::Live, Some(binding)) = (mode, binding) {
-                    runtime.binding = Some((
-                        binding.binding.revision.clone(),
-                        binding.binding.digest.clone(),
-                    ));
-                    for provider in &bound {
-                        let key = (tenant.id.clone(), binding.path.clone(), provider.id.clone());
-                        let handle = match actors.get(&key) {
-                            Some(handle) => handle.clone(),
-                            None => {
-                                let scope = CacheScope {
-                                    tenant: &tenant.id,
-                                    binding_file: &binding.path,
-                                    binding_digest: &binding.binding.digest,
-                                    provider: &provider.id,
-                                };
-                                let cache = provider_cache(
-                                    &mut cache_store,
-                                    config.cache.max_tenant_bytes,
-                                    &digest_key,
-                                    &scope,
-                                    provider,
-                                );
-                                let handle = start_provider(
-                                    &tenant.id,
-                                    &binding.path,
-                                    provider,
-                                    env,
-                                    &arbiters[started.len() % arbiters.len()],
-                                    cache,
-                                )
-                                .await?;
-                                started.push(handle.addr.clone());
-                                actors.insert(key, handle.clone());
-                                handle
-                            }
-                        };
-                        runtime.providers.insert(provider.id.clone(), handle);
-                    }
-                }
-                projects.insert(runtime.project.id().to_owned(), Arc::new(runtime));
-            }
-            tenants.push(Arc::new(TenantRuntime {
-                id: tenant.id.clone(),
-                key_sha256,
-                max_in_flight: tenant.max_in_flight,
-                in_flight: AtomicUsize::new(0),
-                projects,
-            }));
-        }
+        let mut running = Running::new(mode);
+        let shape = running.shape_of(config, &deployment);
+        let built = running
+            .build(
+                config,
+                deployment,
+                env,
+                &arbiters,
+                &digest_key,
+                &BTreeMap::new(),
+            )
+            .await
+            .map_err(|problems| anyhow!("{}", problems.join("\n")))?;
+        running.shape = shape;
+        running.handles = built.handles;
         Ok(Topology {
             registry: Arc::new(Registry {
-                tenants,
+                served: RwLock::new(Arc::new(built.set)),
                 // Before `digest_key` moves into the registry.
                 trace_readers: ReaderPool::new(
                     &store_path,
@@ -249,7 +201,7 @@ impl Topology {
                 trace_wait: config.trace.backpressure_wait,
                 handles: Arc::new(crate::handles::HandleStore::new(config.handles)),
             }),
-            providers: started,
+            running,
             arbiters,
             writer,
         })
@@ -270,15 +222,13 @@ impl Topology {
         snapshots
     }
 
-    pub(crate) fn provider_addrs(&self) -> Vec<Addr<ProviderActor>> {
-        self.providers.clone()
-    }
-
     /// Stops providers (closing their pools), then their arbiters, then flushes and stops
     /// the trace writer — last, so every answered turn's trace is committed. Call after
     /// the HTTP server has stopped, so no turn is still running.
     pub(crate) async fn shutdown(self) -> anyhow::Result<()> {
-        for addr in &self.providers {
+        let serving = self.registry.served().providers.clone();
+        // An actor a reload retired may still be waiting for its last turns.
+        for addr in serving.iter().chain(&self.running.retiring) {
             let _ = addr.send(Shutdown).await;
         }
         for arbiter in &self.arbiters {
@@ -308,6 +258,24 @@ fn refuse_or_warn(
     deployment: &Deployment,
     mode: Mode,
 ) -> anyhow::Result<()> {
+    let refused = fatal_problems(config, deployment, mode);
+    if !refused.is_empty() {
+        bail!(
+            "the deployment cannot be served:\n  {}",
+            refused.join("\n  ")
+        );
+    }
+    warn_unbound(config, deployment, mode);
+    Ok(())
+}
+
+/// The deployment's fatal problems, each as `validate` prints it (with its tenant); in
+/// fixtures mode, only those of the files it reads.
+pub(super) fn fatal_problems(
+    config: &ServerConfig,
+    deployment: &Deployment,
+    mode: Mode,
+) -> Vec<String> {
     let tenant_id = |problem: &DeploymentProblem| {
         problem
             .tenant
@@ -326,25 +294,31 @@ fn refuse_or_warn(
             None => p.to_string(),
         })
         .collect();
-    if !refused.is_empty() {
-        bail!(
-            "the deployment cannot be served:\n  {}",
-            refused.join("\n  ")
-        );
-    }
+    refused
+}
+
+/// Logs every provider a project needs that its binding does not serve.
+pub(super) fn warn_unbound(config: &ServerConfig, deployment: &Deployment, mode: Mode) {
+    let tenant_id = |problem: &DeploymentProblem| {
+        problem
+            .tenant
+            .and_then(|index| config.tenants.get(index))
+            .map(|tenant| tenant.id.as_str())
+    };
+    let applies =
+        |problem: &&DeploymentProblem| mode == Mode::Live || !problem.kind.concerns_bindings();
     for problem in deployment.problems.iter().filter(applies) {
         if let ProblemKind::Unbound { provider, .. } = &problem.kind {
             tracing::warn!(tenant = %tenant_id(problem).unwrap_or_default(), provider = %provider, "provider has no binding; its layers will be NOT_BOUND");
         }
     }
-    Ok(())
 }
 
 /// Builds a binding's implementation and starts its actor on `arbiter`. A failure names
 /// the tenant, the binding file and the key, as `ctxd validate` does:
 /// `tenant acme: bindings/acme.toml: providers.orders.database: /srv/orders.db: the file
 /// does not exist`.
-async fn start_provider(
+pub(super) async fn start_provider(
     tenant: &str,
     binding: &Path,
     provider: &ProviderBinding,
@@ -383,7 +357,7 @@ async fn start_provider(
 
 /// The binding's response cache, in its tenant's store (created on first use, bounded
 /// by the tenant's share of `[cache]`); `None` when the binding does not cache.
-fn provider_cache(
+pub(super) fn provider_cache(
     store: &mut Option<(CacheStore, Arc<CacheMetrics>)>,
     tenant_bytes: u64,
     digest_key: &DigestKey,
@@ -404,13 +378,26 @@ impl Registry {
     /// constant time per comparison, so timing reveals neither which tenant matched nor
     /// how much of a key did.
     pub(crate) fn tenant_for_key(&self, key_sha256: &[u8; 32]) -> Option<Arc<TenantRuntime>> {
+        let served = self.served();
         let mut found = None;
-        for tenant in &self.tenants {
+        for tenant in &served.tenants {
             if constant_time_eq(&tenant.key_sha256, key_sha256) {
                 found = Some(Arc::clone(tenant));
             }
         }
         found
+    }
+
+    /// The set serving now.
+    pub(crate) fn served(&self) -> Arc<ServedSet> {
+        Arc::clone(&self.served.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Puts `set` in place of the serving one, which is returned: turns that already
+    /// hold a tenant of it finish on it.
+    pub(super) fn swap(&self, set: ServedSet) -> Arc<ServedSet> {
+        let mut served = self.served.write().unwrap_or_else(PoisonError::into_inner);
+        std::mem::replace(&mut *served, Arc::new(set))
     }
 
     pub(crate) fn is_shutting_down(&self) -> bool {

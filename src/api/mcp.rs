@@ -354,8 +354,9 @@ pub(crate) async fn serve_stdio(
 
     let topology = Topology::start(config, env, Mode::Live).await?;
     let registry = topology.registry();
-    let Some(runtime) = registry.tenants.iter().find(|t| t.id == tenant_id).cloned() else {
-        let known: Vec<&str> = registry.tenants.iter().map(|t| t.id.as_str()).collect();
+    let served = registry.served();
+    let Some(runtime) = served.tenants.iter().find(|t| t.id == tenant_id).cloned() else {
+        let known: Vec<&str> = served.tenants.iter().map(|t| t.id.as_str()).collect();
         topology.shutdown().await?;
         anyhow::bail!(
             "--tenant {tenant_id:?}: no such tenant in the config (tenants: {})",
@@ -364,7 +365,6 @@ pub(crate) async fn serve_stdio(
     };
     let state = web::Data::new(ApiState::new(
         registry.clone(),
-        topology.provider_addrs(),
         None,
         &config.server,
         &config.limits,

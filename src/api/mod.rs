@@ -14,7 +14,9 @@
 //! - `routes`, `traces`, `handles` — the routes; `tenant` — the extractor; `errors` — the
 //!   status codes.
 //! - `ui` — the trace explorer page (`GET /ui/`), embedded in the binary.
+//! - `admin` — `POST /admin/reload`, for the admin key.
 
+mod admin;
 mod body;
 mod connection;
 mod drain;
@@ -28,6 +30,7 @@ mod tenant;
 mod traces;
 mod ui;
 
+pub(crate) use admin::AdminAccess;
 pub(crate) use drain::{Drained, drain};
 pub(crate) use errors::ApiError;
 pub(crate) use mcp::serve_stdio as serve_mcp_stdio;
@@ -35,7 +38,7 @@ pub(crate) use mcp::serve_stdio as serve_mcp_stdio;
 pub(crate) use routes::parse_turn;
 pub(crate) use tenant::Tenant;
 
-use crate::actors::{Coordinator, CoordinatorSnapshot, ProviderActor, Registry, coordinator};
+use crate::actors::{Coordinator, CoordinatorSnapshot, Registry, coordinator};
 use crate::config::{Limits, ServerSettings};
 use actix::prelude::*;
 use actix_service::ServiceFactoryExt;
@@ -47,8 +50,6 @@ use std::time::Duration;
 /// Shared by every worker.
 pub(crate) struct ApiState {
     pub(crate) registry: Arc<Registry>,
-    /// Every provider actor, for `/readyz`.
-    pub(crate) providers: Vec<Addr<ProviderActor>>,
     /// Renders `GET /metrics`; `None` when metrics are disabled.
     pub(crate) metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// Every worker's coordinator, registered as its worker starts: `/readyz` and
@@ -60,6 +61,9 @@ pub(crate) struct ApiState {
     pub(crate) drain: drain::Drain,
     /// Each tenant's replay bucket.
     pub(crate) replays: rate::ReplayLimiter,
+    /// The admin key and the way to the serve loop's reloads; `None`: no admin key, and
+    /// `/admin/reload` answers 404 like any unknown route.
+    pub(crate) admin: Option<AdminAccess>,
 }
 
 /// Bounds on a request beyond its size (`max_body_bytes` is the registry's).
@@ -73,14 +77,12 @@ pub(crate) struct RequestLimits {
 impl ApiState {
     pub(crate) fn new(
         registry: Arc<Registry>,
-        providers: Vec<Addr<ProviderActor>>,
         metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
         server: &ServerSettings,
         limits: &Limits,
     ) -> ApiState {
         ApiState {
             registry,
-            providers,
             metrics,
             coordinators: Coordinators::default(),
             requests: RequestLimits {
@@ -89,7 +91,14 @@ impl ApiState {
             },
             drain: drain::Drain::default(),
             replays: rate::ReplayLimiter::new(limits.replays_per_minute, limits.replay_burst),
+            admin: None,
         }
+    }
+
+    /// With `POST /admin/reload` answering for this admin key.
+    pub(crate) fn with_admin(mut self, admin: Option<AdminAccess>) -> ApiState {
+        self.admin = admin;
+        self
     }
 }
 
@@ -169,6 +178,7 @@ pub(crate) fn server(
                 .configure(handles::configure)
                 .configure(mcp::configure)
                 .configure(ui::configure)
+                .configure(admin::configure)
                 .default_service(web::to(routes::not_found));
             let stopping = stopping.clone();
             let http = actix_http::HttpService::build()

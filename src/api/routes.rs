@@ -65,9 +65,9 @@ async fn readyz(request: HttpRequest, state: web::Data<ApiState>) -> HttpRespons
         Ok(tenant) => tenant,
         Err(error) => return actix_web::ResponseError::error_response(&error),
     };
-    let snapshots = Topology::observe(&state.providers).await;
-    let starting =
-        snapshots.iter().any(|s| s.ready.is_none()) || snapshots.len() < state.providers.len();
+    let providers = state.registry.served().providers.clone();
+    let snapshots = Topology::observe(&providers).await;
+    let starting = snapshots.iter().any(|s| s.ready.is_none()) || snapshots.len() < providers.len();
     let degraded = snapshots.iter().any(|s| s.ready == Some(false));
     let no_room = state.registry.traces.no_room();
     let status = if starting {

@@ -105,7 +105,7 @@ fn checked(
 
 /// SHA-256 of the key in `Authorization: Bearer <key>` (scheme in any case, the key
 /// trimmed); tenants are configured by that hash, never the key.
-fn bearer_key_sha256(headers: &HeaderMap) -> Result<[u8; 32], ApiError> {
+pub(super) fn bearer_key_sha256(headers: &HeaderMap) -> Result<[u8; 32], ApiError> {
     let header = headers
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

@@ -215,6 +215,14 @@ pub(crate) async fn diagnose(config: &Path, env: &EnvVars) -> Report {
     // The digest key's problem is told by its own, more thorough check.
     digest_key(&mut report, &server, env);
     trace_store(&mut report, &server);
+    // The admin key (`server.admin_key_env`) is the one key problem of no tenant.
+    for problem in deployment
+        .problems
+        .iter()
+        .filter(|p| p.tenant.is_none() && p.kind == ProblemKind::ApiKey)
+    {
+        report.problem("admin key", problem, problem.to_string());
+    }
 
     for (tenant, resolved) in server.tenants.iter().zip(&deployment.tenants) {
         let subject = format!("tenant {}", tenant.id);
@@ -839,6 +847,33 @@ fn explain(error: &DescribeError, timeout_ms: u128) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_unset_admin_key_env_var_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("ctxd.toml");
+        std::fs::write(
+            &config,
+            "[server]\nadmin_key_env = \"CTXD_ADMIN_KEY\"\n[trace]\ngenerate_digest_key = true\n[[tenants]]\nid = \"demo\"\napi_key_env = \"DEMO_KEY\"\n[[tenants.projects]]\npath = \"p.json\"\nbinding = \"b.toml\"\n",
+        )
+        .unwrap();
+        let env: EnvVars = [("DEMO_KEY", "demo-key-value")].into_iter().collect();
+        let report = diagnose(&config, &env).await;
+        let admin: Vec<String> = report
+            .checks
+            .iter()
+            .filter(|c| c.subject == "admin key")
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(admin.len(), 1, "{report:#?}");
+        assert!(
+            admin[0].starts_with("FAIL  admin key: ")
+                && admin[0].ends_with(
+                    "server.admin_key_env: environment variable \"CTXD_ADMIN_KEY\" is not set: it holds the admin key"
+                ),
+            "{admin:#?}"
+        );
+    }
 
     #[test]
     fn verdicts_follow_the_severity() {

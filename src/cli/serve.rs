@@ -1,10 +1,12 @@
 //! `ctxd serve [--config F] [--listen ADDR] [--fixtures]`: run the multi-tenant API
 //! until SIGTERM or SIGINT, then shut down in order: drain (keep accepting, answer 503
 //! on tenant routes and `/readyz`, finish in-flight turns within the grace period), stop
-//! the server, stop providers and close their pools, flush the traces last.
+//! the server, stop providers and close their pools, flush the traces last. On SIGHUP
+//! (or `POST /admin/reload` with the admin key) the config, Projects and Bindings are
+//! read again and swapped in, or refused with every problem (`actors::reloading`).
 
-use crate::actors::{Mode, Topology};
-use crate::api::{self, ApiState, Drained};
+use crate::actors::{Mode, ReloadInbox, Topology};
+use crate::api::{self, AdminAccess, ApiState, Drained};
 use crate::config::{EnvVars, ServerConfig};
 use crate::telemetry::LogFormat;
 use anyhow::{Context, anyhow};
@@ -59,17 +61,27 @@ pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         None
     };
     actix_rt::System::new().block_on(async move {
-        let topology = Topology::start(&config, &env, mode).await?;
+        let mut topology = Topology::start(&config, &env, mode).await?;
+        // Before the address is announced: a SIGHUP must reload, not end the process.
+        let (reloads, reload_requests) = ReloadInbox::install(&args.config, env.clone());
+        let admin = config
+            .server
+            .admin_key
+            .as_ref()
+            .and_then(|key| key.sha256(&env))
+            .map(|key_sha256| AdminAccess::new(key_sha256, reload_requests));
         let listener = std::net::TcpListener::bind(listen)
             .with_context(|| format!("cannot listen on {listen}"))?;
         let address = listener.local_addr()?;
-        let state = actix_web::web::Data::new(ApiState::new(
-            topology.registry(),
-            topology.provider_addrs(),
-            metrics.clone(),
-            &config.server,
-            &config.limits,
-        ));
+        let state = actix_web::web::Data::new(
+            ApiState::new(
+                topology.registry(),
+                metrics.clone(),
+                &config.server,
+                &config.limits,
+            )
+            .with_admin(admin),
+        );
         if let Some(handle) = metrics {
             let registry = topology.registry();
             actix_rt::spawn(async move {
@@ -92,7 +104,7 @@ pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         // Its own statement: the stdout lock must not be held while serving.
         super::print(&format!("ctxd listening on http://{address}\n"))?;
 
-        signal.received().await;
+        reloads.serve_until(&mut topology, signal.received()).await;
         tracing::info!("shutting down: draining, new requests get 503");
         match api::drain(&state, config.server.drain_quiet, grace).await {
             Drained::Quiet => tracing::info!("drained: no request in flight"),

@@ -148,6 +148,8 @@ pub(crate) enum EnvironmentNeed {
     ApiKey { tenant: usize },
     /// The digest key.
     DigestKey,
+    /// The admin key (`server.admin_key_env`).
+    Admin,
 }
 
 /// One project a tenant serves, and the binding that serves its providers.
@@ -192,6 +194,21 @@ impl ServerConfig {
                 found.push(EnvironmentProblem {
                     need: EnvironmentNeed::ApiKey { tenant: i },
                     problem: Problem::new(path, message),
+                });
+            }
+        }
+        if let Some(ApiKey::Env(name)) = &self.server.admin_key {
+            let message = match env.get(name) {
+                None => Some(format!(
+                    "environment variable {name:?} is not set: it holds the admin key"
+                )),
+                Some("") => Some(format!("environment variable {name:?} is empty")),
+                Some(_) => None,
+            };
+            if let Some(message) = message {
+                found.push(EnvironmentProblem {
+                    need: EnvironmentNeed::Admin,
+                    problem: Problem::new("server.admin_key_env", message),
                 });
             }
         }

@@ -20,6 +20,7 @@ mod provenance;
 mod provider_server;
 mod readme_demo;
 mod redaction;
+mod reload;
 mod rest_cli;
 mod rest_example;
 mod rest_presets;

@@ -2,6 +2,7 @@
 //! on a request (size, the time to send its head and body, keep-alive), the shutdown
 //! drain, the turn deadline cap, the input keys a request may carry and the replay rate.
 
+use super::ApiKey;
 use crate::config::Problems;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -47,6 +48,9 @@ pub(crate) struct ServerSettings {
     /// this long (at most `shutdown_grace`): a client that saw its last answer reconnects
     /// to a `503`, not to a closed port.
     pub(crate) drain_quiet: Duration,
+    /// The key `POST /admin/reload` requires (`admin_key_sha256` or `admin_key_env`);
+    /// `None`: no admin route answers.
+    pub(crate) admin_key: Option<ApiKey>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +75,8 @@ pub(super) struct RawServer {
     body_timeout_ms: Option<i64>,
     keep_alive_ms: Option<i64>,
     drain_quiet_ms: Option<i64>,
+    admin_key_sha256: Option<String>,
+    admin_key_env: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -147,6 +153,7 @@ pub(super) fn check_server(problems: &mut Problems, raw: RawServer) -> Option<Se
         );
         return None;
     }
+    let admin_key = check_admin_key(problems, &raw)?;
     Some(ServerSettings {
         listen: listen.ok()?,
         max_body_bytes: max_body_bytes? as usize,
@@ -155,7 +162,37 @@ pub(super) fn check_server(problems: &mut Problems, raw: RawServer) -> Option<Se
         body_timeout: body_timeout?,
         keep_alive: keep_alive?,
         drain_quiet,
+        admin_key,
     })
+}
+
+/// `admin_key_sha256` (hex SHA-256 of the key) or `admin_key_env` (the env var holding
+/// it), at most one; neither is no admin key. `None` once a problem is recorded.
+fn check_admin_key(problems: &mut Problems, raw: &RawServer) -> Option<Option<ApiKey>> {
+    match (&raw.admin_key_sha256, &raw.admin_key_env) {
+        (None, None) => Some(None),
+        (Some(_), Some(_)) => {
+            problems.add(
+                "server",
+                "set at most one of admin_key_sha256 and admin_key_env, not both",
+            );
+            None
+        }
+        (None, Some(name)) => problems
+            .env_name("server.admin_key_env", name)
+            .then(|| Some(ApiKey::Env(name.clone()))),
+        (Some(text), None) => {
+            let mut hash = [0u8; 32];
+            if text.len() != 64 || hex::decode_to_slice(text, &mut hash).is_err() {
+                problems.add(
+                    "server.admin_key_sha256",
+                    "must be 64 hexadecimal characters (the SHA-256 of the admin key)",
+                );
+                return None;
+            }
+            Some(Some(ApiKey::Sha256(hash)))
+        }
+    }
 }
 
 /// `[limits]`: the turn deadline cap, the input keys a request may carry, and the
@@ -194,4 +231,76 @@ pub(super) fn check_limits(problems: &mut Problems, raw: RawLimits) -> Option<Li
         replays_per_minute: replays_per_minute? as u32,
         replay_burst: replay_burst? as u32,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{ApiKey, EnvVars, ServerConfig};
+    use sha2::{Digest, Sha256};
+    use std::path::Path;
+
+    const TENANT: &str = "[[tenants]]\nid = \"demo\"\napi_key_env = \"DEMO_KEY\"\n[[tenants.projects]]\npath = \"p.json\"\nbinding = \"b.toml\"\n";
+
+    fn parse(server: &str) -> Result<ServerConfig, crate::config::ConfigErrors> {
+        ServerConfig::parse(
+            &format!("[server]\n{server}\n{TENANT}"),
+            Path::new("/etc/ctxd"),
+        )
+    }
+
+    #[test]
+    fn the_admin_key_is_a_hash_or_an_env_var_name_and_optional() {
+        assert_eq!(parse("").unwrap().server.admin_key, None);
+        let hash: [u8; 32] = Sha256::digest(b"admin-key").into();
+        let by_hash = parse(&format!("admin_key_sha256 = {:?}", hex::encode(hash))).unwrap();
+        assert_eq!(by_hash.server.admin_key, Some(ApiKey::Sha256(hash)));
+        let by_env = parse("admin_key_env = \"CTXD_ADMIN_KEY\"").unwrap();
+        assert_eq!(
+            by_env.server.admin_key,
+            Some(ApiKey::Env("CTXD_ADMIN_KEY".to_owned()))
+        );
+        let cases = [
+            (
+                "admin_key_sha256 = \"abc\"",
+                "server.admin_key_sha256",
+                "64 hexadecimal",
+            ),
+            ("admin_key_env = \"ADMIN-KEY\"", "server.admin_key_env", ""),
+            (
+                "admin_key_env = \"A\"\nadmin_key_sha256 = \"00\"",
+                "server",
+                "at most one",
+            ),
+            ("admin_key = \"inline\"", "server.admin_key", ""),
+        ];
+        for (line, path, needle) in cases {
+            let errors = parse(line).expect_err(line);
+            assert!(
+                errors
+                    .errors
+                    .iter()
+                    .any(|e| e.path == path && e.message.contains(needle)),
+                "{line}: {path} {needle:?} in\n{errors}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_admin_key_env_var_must_be_set_and_is_never_shown() {
+        let config = parse("admin_key_env = \"CTXD_ADMIN_KEY\"").unwrap();
+        let env = |pairs: &[(&str, &str)]| pairs.iter().copied().collect::<EnvVars>();
+        let base = [("DEMO_KEY", "demo-key-value"), ("CTXD_DIGEST_KEY", "k")];
+        let problems = config.environment_problems(&env(&base));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].problem.path, "server.admin_key_env");
+        assert!(problems[0].problem.message.contains("holds the admin key"));
+        let mut set = base.to_vec();
+        set.push(("CTXD_ADMIN_KEY", "admin-key-value"));
+        assert!(config.environment_problems(&env(&set)).is_empty());
+        let mut empty = base.to_vec();
+        empty.push(("CTXD_ADMIN_KEY", ""));
+        let problems = config.environment_problems(&env(&empty));
+        assert!(problems[0].problem.message.contains("is empty"));
+        assert!(!format!("{problems:?}").contains("admin-key-value"));
+    }
 }

@@ -1,0 +1,84 @@
+//! `POST /admin/reload`: the reload SIGHUP starts, for a caller with the admin key
+//! (`[server] admin_key_sha256` or `admin_key_env`), compared in constant time. Without
+//! an admin key in the config the route answers `404` like any unknown route; a wrong or
+//! missing key is `401`; while shutting down, `503`. The answer is `200` with what
+//! changed, or `422 RELOAD_REFUSED` with every problem, as `ctxd validate` prints them.
+
+use super::tenant::bearer_key_sha256;
+use super::{ApiError, ApiState};
+use crate::actors::ReloadRequests;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde_json::json;
+use subtle::ConstantTimeEq;
+
+/// Who may reload, and where reloads are asked for.
+pub(crate) struct AdminAccess {
+    /// SHA-256 of the admin key; the key itself is never kept.
+    key_sha256: [u8; 32],
+    reloads: ReloadRequests,
+}
+
+impl AdminAccess {
+    pub(crate) fn new(key_sha256: [u8; 32], reloads: ReloadRequests) -> AdminAccess {
+        AdminAccess {
+            key_sha256,
+            reloads,
+        }
+    }
+
+    fn admits(&self, key_sha256: &[u8; 32]) -> bool {
+        bool::from(self.key_sha256.ct_eq(key_sha256))
+    }
+}
+
+pub(crate) fn configure(config: &mut web::ServiceConfig) {
+    config
+        .route("/admin/reload", web::post().to(reload))
+        .route("/admin/reload", web::to(other_method));
+}
+
+fn no_admin_route() -> ApiError {
+    ApiError::NotFound {
+        message: "no such route".to_owned(),
+    }
+}
+
+async fn reload(
+    request: HttpRequest,
+    state: web::Data<ApiState>,
+) -> Result<HttpResponse, ApiError> {
+    let admin = state.admin.as_ref().ok_or_else(no_admin_route)?;
+    if state.registry.is_shutting_down() {
+        return Err(ApiError::shutting_down());
+    }
+    let key_sha256 = bearer_key_sha256(request.headers())?;
+    if !admin.admits(&key_sha256) {
+        return Err(ApiError::Unauthorized);
+    }
+    match admin.reloads.reload().await {
+        None => Err(ApiError::shutting_down()),
+        Some(Ok(changes)) => Ok(HttpResponse::Ok().json(json!({
+            "status": "reloaded",
+            "changes": changes,
+        }))),
+        Some(Err(problems)) => Ok(HttpResponse::UnprocessableEntity().json(json!({
+            "error": {
+                "code": "RELOAD_REFUSED",
+                "message": format!(
+                    "the reload was refused ({} problem{}): the running set keeps serving",
+                    problems.len(),
+                    if problems.len() == 1 { "" } else { "s" }
+                ),
+            },
+            "problems": problems,
+        }))),
+    }
+}
+
+/// 405 where the route exists, 404 where it does not (no admin key).
+async fn other_method(state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
+    if state.admin.is_none() {
+        return Err(no_admin_route());
+    }
+    Err(ApiError::MethodNotAllowed)
+}
