@@ -14,6 +14,7 @@
 //! - `routes`, `traces`, `handles` — the routes; `tenant` — the extractor; `errors` — the
 //!   status codes.
 //! - `ui` — the trace explorer page (`GET /ui/`), embedded in the binary.
+//! - `openapi` — the OpenAPI document (`GET /openapi.json`) and each path's methods.
 
 mod body;
 mod connection;
@@ -22,6 +23,7 @@ mod envelope;
 mod errors;
 mod handles;
 mod mcp;
+mod openapi;
 mod rate;
 mod routes;
 mod tenant;
@@ -31,6 +33,7 @@ mod ui;
 pub(crate) use drain::{Drained, drain};
 pub(crate) use errors::ApiError;
 pub(crate) use mcp::serve_stdio as serve_mcp_stdio;
+pub(crate) use openapi::document as openapi_document;
 #[cfg(test)]
 pub(crate) use routes::parse_turn;
 pub(crate) use tenant::Tenant;
@@ -169,6 +172,7 @@ pub(crate) fn server(
                 .configure(handles::configure)
                 .configure(mcp::configure)
                 .configure(ui::configure)
+                .configure(openapi::configure)
                 .default_service(web::to(routes::not_found));
             let stopping = stopping.clone();
             let http = actix_http::HttpService::build()
