@@ -88,6 +88,28 @@ async fn the_served_document_is_openapi_3_1_and_the_one_kept_in_docs() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_transports_refusals_say_their_content_type() {
+    let (_deployment, ctxd) = demo_server();
+    let document: Value = serde_json::from_str(&kept_document()).unwrap();
+    let documented = &document["paths"]["/mcp"]["post"]["responses"]["406"]["content"];
+    assert!(documented.get("text/plain").is_some(), "{documented}");
+    // No Accept header: the MCP library refuses it, in plain text.
+    let response = client()
+        .post(ctxd.url("/mcp"))
+        .bearer_auth(KEY)
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc": "2.0", "id": 1, "method": "ping"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 406);
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "text/plain; charset=utf-8"
+    );
+}
+
 fn ctxd_openapi() -> String {
     let output = ctxd().arg("openapi").output().unwrap();
     assert!(output.status.success());

@@ -71,7 +71,7 @@ status=0
   --header "Authorization: Bearer $key" \
   --workers 1 \
   --max-examples "$examples" \
-  --seed 18 \
+  --seed "${SCHEMATHESIS_SEED:-18}" \
   --no-color \
   --report junit --report-dir "$work/report") \
   || status=$?
