@@ -78,8 +78,8 @@ pub(crate) const TENANT_KEY: &str = "tenantKey";
 struct ApiDoc;
 
 /// The tenant key's security scheme, and the answers every tenant route shares: `401`
-/// from the tenant extractor, `503` while shutting down. Also the handle operation
-/// request, whose schema follows the hand-written parser.
+/// from the tenant extractor, `503` while shutting down. Every request body is marked
+/// required, and a `HEAD` operation gets an id of its own.
 struct TenantRoutes;
 
 impl Modify for TenantRoutes {
