@@ -2,13 +2,14 @@
 //! whoever produced it: ctxd's own errors already do ([`super::ApiError`]); this wraps the
 //! empty-bodied ones that actix-web produces itself, and closes every connection once the
 //! drain has started, so that no kept-alive connection outlives the server (noting each
-//! request but the probes as an arrival for the drain's quiet period).
+//! request but the probes as an arrival for the drain's quiet period). A `405` gets the
+//! `Allow` header of its path, from the OpenAPI document.
 
 use super::ApiState;
 use crate::contract::{ErrorBody, ErrorDetail};
 use actix_web::body::{BodySize, BoxBody, MessageBody};
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
-use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use actix_web::http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use actix_web::http::{ConnectionType, StatusCode};
 use actix_web::{HttpResponse, web};
 use std::future::Future;
@@ -55,6 +56,13 @@ where
                     .set_connection_type(ConnectionType::Close);
             }
             response = response.into_response(enveloped);
+        }
+        if status == StatusCode::METHOD_NOT_ALLOWED
+            && !response.headers().contains_key(ALLOW)
+            && let Some(allow) = super::openapi::allowed_methods(response.request().path())
+                .and_then(|allow| HeaderValue::from_str(&allow).ok())
+        {
+            response.headers_mut().insert(ALLOW, allow);
         }
         if draining {
             response

@@ -21,9 +21,10 @@
 //! would let anyone fill the store.
 
 use super::body::read_json_body;
+use super::openapi::{HandleCapabilities, HandleDeleted, HandleOpAnswer, HandleTracePage};
 use super::{ApiError, ApiState, Tenant};
 use crate::actors::Registry;
-use crate::contract::HandleRef;
+use crate::contract::{ErrorBody, HandleRef};
 use crate::handles::attempt::{self, DELETE, Finished, NotHeld, Prepared};
 use crate::handles::request;
 use crate::handles::{HandleError, HandleOperationFinished, OpOutput, SystemClock, is_valid_id};
@@ -37,6 +38,11 @@ use std::time::SystemTime;
 pub(crate) fn configure(config: &mut web::ServiceConfig) {
     config
         .route("/v1/handles/capabilities", web::get().to(capabilities))
+        // Not a handle id: any other method is 405 here, never an operation on a handle.
+        .route(
+            "/v1/handles/capabilities",
+            web::to(|| async { Err::<HttpResponse, _>(ApiError::MethodNotAllowed) }),
+        )
         .route("/v1/handles/{id}/ops", web::post().to(operate))
         .route("/v1/handles/{id}/trace", web::get().to(trace))
         .route("/v1/handles/{id}", web::delete().to(delete));
@@ -72,6 +78,14 @@ fn not_held(not_held: NotHeld) -> ApiError {
     counted(op, ApiError::Handle(not_held.into_error()))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/handles/capabilities",
+    summary = "What handle operations may do and their limits (docs/HANDLES.md)",
+    tag = "handles",
+    security(("tenantKey" = [])),
+    responses((status = 200, description = "No filesystem, no network; the operations, functions and limits", body = HandleCapabilities))
+)]
 async fn capabilities(_: Tenant, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
     let store = &state.registry.handles;
     let settings = store.settings();
@@ -88,6 +102,27 @@ async fn capabilities(_: Tenant, state: web::Data<ApiState>) -> Result<HttpRespo
     Ok(HttpResponse::Ok().json(body))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/handles/{id}/ops",
+    summary = "One bounded operation on material a turn kept behind a handle",
+    tag = "handles",
+    security(("tenantKey" = [])),
+    params(("id" = String, Path, pattern = "^h_[0-9a-f]{32}$", description = "The handle id, `h_` and 32 hex digits")),
+    request_body(content = ref("#/components/schemas/HandleOpRequest"), content_type = "application/json"),
+    responses(
+        (status = 200, description = "The operation's bounded result", body = HandleOpAnswer),
+        (status = 400, description = "`invalid_handle`, `invalid_argument`, `invalid_limit`, `invalid_pattern`, `out_of_range`, `unsupported_partition` (with `field`); `BAD_REQUEST` for a body that is not JSON", body = ErrorBody),
+        (status = 403, description = "`capability_denied`: a function outside the allow-list", body = ErrorBody),
+        (status = 404, description = "`unknown_handle`: nothing of this tenant's has this id", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within `server.body_timeout_ms` (`REQUEST_TIMEOUT`)", body = ErrorBody),
+        (status = 409, description = "`stale_handle` with reason `wrong_version`", body = ErrorBody),
+        (status = 410, description = "`stale_handle`: deleted, expired or evicted", body = ErrorBody),
+        (status = 413, description = "The body exceeds `server.max_body_bytes` (`PAYLOAD_TOO_LARGE`)", body = ErrorBody),
+        (status = 415, description = "No `Content-Type: application/json` (`UNSUPPORTED_MEDIA_TYPE`)", body = ErrorBody),
+        (status = 422, description = "`time_limit_exceeded` or `material_too_large`", body = ErrorBody),
+    )
+)]
 async fn operate(
     tenant: Tenant,
     request: HttpRequest,
@@ -215,6 +250,20 @@ async fn traced(
     }
 }
 
+#[utoipa::path(
+    delete,
+    path = "/v1/handles/{id}",
+    summary = "Delete a handle (a tombstone stays)",
+    tag = "handles",
+    security(("tenantKey" = [])),
+    params(("id" = String, Path, pattern = "^h_[0-9a-f]{32}$", description = "The handle id, `h_` and 32 hex digits")),
+    responses(
+        (status = 200, description = "The handle is deleted; a tombstone stays", body = HandleDeleted),
+        (status = 400, description = "`invalid_handle`: not the shape of a handle id", body = ErrorBody),
+        (status = 404, description = "`unknown_handle`: nothing of this tenant's has this id", body = ErrorBody),
+        (status = 410, description = "`stale_handle`: already deleted, expired or evicted", body = ErrorBody),
+    )
+)]
 async fn delete(
     tenant: Tenant,
     path: web::Path<String>,
@@ -285,6 +334,23 @@ fn parse_trace_query(query: &str) -> Result<(u64, usize), HandleError> {
     Ok((after, limit))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/handles/{id}/trace",
+    summary = "The handle's operation records, in sequence order",
+    tag = "handles",
+    security(("tenantKey" = [])),
+    params(
+        ("id" = String, Path, pattern = "^h_[0-9a-f]{32}$", description = "The handle id, `h_` and 32 hex digits"),
+        ("after" = Option<u64>, Query, minimum = 0, maximum = 18446744073709551615_u64, description = "Records after this sequence (default 0)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Records per page (default 100)"),
+    ),
+    responses(
+        (status = 200, description = "The handle's operation records in sequence order", body = HandleTracePage),
+        (status = 400, description = "`invalid_handle`, or a parameter unknown, given twice or out of range (`invalid_argument`, `invalid_limit`)", body = ErrorBody),
+        (status = 404, description = "`unknown_handle`: nothing of this tenant's has this id, and no record", body = ErrorBody),
+    )
+)]
 async fn trace(
     tenant: Tenant,
     request: HttpRequest,

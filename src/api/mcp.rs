@@ -13,6 +13,7 @@
 
 use super::{ApiError, ApiState, Tenant, handles, routes, traces};
 use crate::actors::Coordinator;
+use crate::contract::ErrorBody;
 use crate::contract::TurnRequest;
 use actix::Addr;
 use actix_web::body::MessageBody;
@@ -70,6 +71,27 @@ struct Caller {
 
 /// `/mcp`: the tenant is authenticated first (401 without its key, as every tenant
 /// route), the body read within the API's limits, then rmcp answers the MCP message.
+#[utoipa::path(
+    post,
+    path = "/mcp",
+    summary = "ctxd as an MCP server: streamable HTTP, stateless, JSON answers (docs/MCP.md)",
+    tag = "mcp",
+    security(("tenantKey" = [])),
+    params(("Accept" = String, Header, pattern = "^application/json, text/event-stream$", description = "The transport's answer types: both are required")),
+    request_body(content = ref("#/components/schemas/McpMessage"), content_type = "application/json", description = "One JSON-RPC 2.0 message of the MCP streamable HTTP transport, stateless (docs/MCP.md); send `Accept: application/json, text/event-stream`"),
+    responses(
+        (status = 200, description = "The JSON-RPC answer", body = Object),
+        (status = 202, description = "A notification or response was accepted"),
+        (status = 400, description = "Not JSON (`BAD_REQUEST`)", body = ErrorBody),
+        (status = 406, description = "The `Accept` header takes neither `application/json` nor `text/event-stream`", content_type = "text/plain", body = String),
+        (status = 408, description = "The body did not arrive within `server.body_timeout_ms` (`REQUEST_TIMEOUT`)", body = ErrorBody),
+        (status = 413, description = "The body exceeds `server.max_body_bytes` (`PAYLOAD_TOO_LARGE`)", body = ErrorBody),
+        (status = 415, description = "No `Content-Type: application/json` (`UNSUPPORTED_MEDIA_TYPE`), or JSON that is no JSON-RPC message (plain text)", content(
+            (ErrorBody = "application/json"),
+            (String = "text/plain"),
+        )),
+    )
+)]
 async fn endpoint(
     tenant: Tenant,
     request: HttpRequest,
@@ -126,6 +148,13 @@ async fn endpoint(
     let mut response = HttpResponse::build(status);
     for (name, value) in &parts.headers {
         response.append_header((name.as_str(), value.as_bytes()));
+    }
+    // rmcp's own refusals (406, 415) are plain text without a type: name it.
+    if !body.is_empty() && !parts.headers.contains_key(http::header::CONTENT_TYPE) {
+        response.insert_header((
+            actix_web::http::header::CONTENT_TYPE,
+            "text/plain; charset=utf-8",
+        ));
     }
     Ok(response.body(body.to_vec()))
 }

@@ -15,6 +15,7 @@
 //!   status codes.
 //! - `ui` — the trace explorer page (`GET /ui/`), embedded in the binary.
 //! - `admin` — `POST /admin/reload`, for the admin key.
+//! - `openapi` — the OpenAPI document (`GET /openapi.json`) and each path's methods.
 
 mod admin;
 mod body;
@@ -24,6 +25,7 @@ mod envelope;
 mod errors;
 mod handles;
 mod mcp;
+mod openapi;
 mod rate;
 mod routes;
 mod tenant;
@@ -34,6 +36,7 @@ pub(crate) use admin::AdminAccess;
 pub(crate) use drain::{Drained, drain};
 pub(crate) use errors::ApiError;
 pub(crate) use mcp::serve_stdio as serve_mcp_stdio;
+pub(crate) use openapi::document as openapi_document;
 #[cfg(test)]
 pub(crate) use routes::parse_turn;
 pub(crate) use tenant::Tenant;
@@ -179,6 +182,7 @@ pub(crate) fn server(
                 .configure(mcp::configure)
                 .configure(ui::configure)
                 .configure(admin::configure)
+                .configure(openapi::configure)
                 .default_service(web::to(routes::not_found));
             let stopping = stopping.clone();
             let http = actix_http::HttpService::build()

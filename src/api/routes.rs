@@ -2,10 +2,11 @@
 //! worker's `Coordinator`), health, readiness and metrics.
 
 use super::body::{parse_body, read_json_body};
+use super::openapi::{Health, Readiness};
 use super::tenant::optional_tenant;
 use super::{ApiError, ApiState, Tenant};
 use crate::actors::{Coordinator, RunTurn, TenantRuntime, Topology};
-use crate::contract::{TurnRequest, TurnResponse};
+use crate::contract::{ErrorBody, TurnRequest, TurnResponse};
 use crate::telemetry::metrics::TurnEnded;
 use actix::Addr;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -26,7 +27,12 @@ pub(crate) fn configure(config: &mut web::ServiceConfig) {
         .route("/metrics", web::get().to(metrics));
 }
 
-pub(crate) async fn not_found() -> Result<HttpResponse, ApiError> {
+/// No route took the request: a path of the API asked with a method it does not take is
+/// `405` (the envelope adds its `Allow`), any other path `404`.
+pub(crate) async fn not_found(request: HttpRequest) -> Result<HttpResponse, ApiError> {
+    if super::openapi::allowed_methods(request.path()).is_some() {
+        return Err(ApiError::MethodNotAllowed);
+    }
     Err(ApiError::NotFound {
         message: "no such route".to_owned(),
     })
@@ -37,6 +43,16 @@ async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
 }
 
 /// Prometheus text exposition; 404 when metrics are disabled in the config.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    summary = "Prometheus metrics (docs/METRICS.md)",
+    tag = "operations",
+    responses(
+        (status = 200, description = "The Prometheus text exposition (docs/METRICS.md)", content_type = "text/plain", body = String),
+        (status = 404, description = "Metrics are disabled in the config (`NOT_FOUND`)", body = ErrorBody),
+    )
+)]
 async fn metrics(state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
     let handle = state.metrics.as_ref().ok_or_else(|| ApiError::NotFound {
         message: "metrics are disabled in the config".to_owned(),
@@ -46,6 +62,13 @@ async fn metrics(state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
         .body(handle.render()))
 }
 
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    summary = "Liveness: 200 while the process serves HTTP",
+    tag = "operations",
+    responses((status = 200, description = "The process serves HTTP", body = Health))
+)]
 async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
@@ -57,6 +80,18 @@ async fn healthz() -> HttpResponse {
 /// `degraded` (some provider's last probe failed — its turns still answer, with that
 /// provider's failures as statuses). Without a key that is all; with a tenant's key the
 /// answer adds that tenant's providers (and no one else's) and the replica's turns.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    summary = "Readiness for a load balancer; with a tenant's key, that tenant's providers",
+    tag = "operations",
+    security((), ("tenantKey" = [])),
+    responses(
+        (status = 200, description = "`ready`, or `degraded` when some provider's last probe failed (its turns still answer)", body = Readiness),
+        (status = 401, description = "A key no tenant has (`UNAUTHORIZED`); no key at all is fine", body = ErrorBody),
+        (status = 503, description = "`starting` until every provider was probed once, `trace_store_full` / `trace_disk_full` (with `reason`), or `shutting_down` (with the error envelope's `error`)", body = Readiness),
+    )
+)]
 async fn readyz(request: HttpRequest, state: web::Data<ApiState>) -> HttpResponse {
     if state.registry.is_shutting_down() {
         return shutting_down_readiness();
@@ -144,6 +179,23 @@ impl Drop for InFlight {
 
 /// Every turn is counted, refused ones too: the tenant extractor's refusals (shutting
 /// down, unauthorized) under no tenant.
+#[utoipa::path(
+    post,
+    path = "/v1/turns",
+    summary = "Answer a turn: every layer and provider status and the rendered context (docs/API.md)",
+    tag = "turns",
+    request_body = TurnRequest,
+    security(("tenantKey" = [])),
+    responses(
+        (status = 200, description = "Every layer's and provider's status and the rendered context; provider failures are statuses, never HTTP errors", body = TurnResponse),
+        (status = 400, description = "Not JSON, an unknown or duplicate field or input key, too many inputs, a wrong type or a value out of range; `field` names it (`BAD_REQUEST`)", body = ErrorBody),
+        (status = 404, description = "An unknown project of this tenant, or an unknown profile (`NOT_FOUND`)", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within `server.body_timeout_ms` (`REQUEST_TIMEOUT`)", body = ErrorBody),
+        (status = 413, description = "The body exceeds `server.max_body_bytes` (`PAYLOAD_TOO_LARGE`)", body = ErrorBody),
+        (status = 415, description = "No `Content-Type: application/json` (`UNSUPPORTED_MEDIA_TYPE`)", body = ErrorBody),
+        (status = 429, description = "The tenant has `max_in_flight` turns running (`TOO_MANY_TURNS`, `Retry-After: 1`)", body = ErrorBody),
+    )
+)]
 async fn turn(
     tenant: Result<Tenant, ApiError>,
     request: HttpRequest,

@@ -9,11 +9,13 @@ use super::routes::check_input_count;
 use super::{ApiError, Tenant};
 use crate::actors::Registry;
 use crate::api::ApiState;
-use crate::contract::{LayerStatus, ProviderStatus};
+use crate::contract::{ErrorBody, LayerStatus, ProviderStatus};
 use crate::telemetry::metrics::ReplayRateLimited;
 use crate::trace::cursor::is_cursor_shaped;
-use crate::trace::query::SearchQuery;
+use crate::trace::query::{SearchPage, SearchQuery};
+use crate::trace::record::StoredTurn;
 use crate::trace::store::{ReaderCheckout, StoreError};
+use crate::turn::replay::ReplayResult;
 use crate::turn::replay::{ReplayError, replay_from_store};
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
@@ -130,6 +132,27 @@ async fn check_out_reader(registry: &Registry) -> Result<ReaderCheckout, ApiErro
         .map_err(store_failure)
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/traces",
+    summary = "Search the tenant's turns, newest first (docs/PROVENANCE.md)",
+    tag = "traces",
+    security(("tenantKey" = [])),
+    params(
+        ("provider" = Option<String>, Query, description = "Turns that reached this provider"),
+        ("providerStatus" = Option<ProviderStatus>, Query, description = "Turns with a provider record of this status (with `provider`: that provider's)"),
+        ("layer" = Option<String>, Query, description = "Turns with a decision for this layer"),
+        ("status" = Option<LayerStatus>, Query, description = "Turns with a layer decision of this status (with `layer`: that layer's)"),
+        ("since" = Option<String>, Query, pattern = "^(\\+?[0-9]{1,18}|(19[7-9][0-9]|[2-9][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])[T ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z?)$", description = "Turns started at or after: epoch milliseconds, or RFC 3339 in UTC (`2026-11-30T10:00:00Z`)"),
+        ("until" = Option<String>, Query, pattern = "^(\\+?[0-9]{1,18}|(19[7-9][0-9]|[2-9][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])[T ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z?)$", description = "Turns started before: as `since`"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Results per page (default 20)"),
+        ("cursor" = Option<String>, Query, pattern = "^[0-9a-f]{96}$", description = "`nextCursor` of the previous page, unchanged, with the same filters; any other is refused (400)"),
+    ),
+    responses(
+        (status = 200, description = "A page of the tenant's turns, newest first", body = SearchPage),
+        (status = 400, description = "A parameter given twice, unknown, or out of range, or a cursor this server did not issue for this search; `field` names it (`BAD_REQUEST`)", body = ErrorBody),
+    )
+)]
 async fn search(
     tenant: Tenant,
     request: HttpRequest,
@@ -157,6 +180,18 @@ pub(crate) async fn search_traces(
     Ok(HttpResponse::Ok().json(json!({"traces": page.traces, "nextCursor": page.next_cursor})))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/traces/{turnId}",
+    summary = "One of the tenant's turns with its provenance",
+    tag = "traces",
+    security(("tenantKey" = [])),
+    params(("turnId" = String, Path, description = "The turn's id (`turnId` of its answer)")),
+    responses(
+        (status = 200, description = "The turn record and its provider records", body = StoredTurn),
+        (status = 404, description = "No turn of this tenant has this id (`NOT_FOUND`)", body = ErrorBody),
+    )
+)]
 async fn show(
     tenant: Tenant,
     path: web::Path<String>,
@@ -187,14 +222,36 @@ pub(crate) async fn show_trace(
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// `POST /v1/turns/{turnId}/replay`: the recorded turn's inputs.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ReplayRequest {
-    /// Read like a turn's: string values only, every key once, never echoed.
+pub(super) struct ReplayRequest {
+    /// Read like a turn's: string values only, every key once, never echoed. Every input
+    /// of the recorded turn, and no other.
     #[serde(default, deserialize_with = "crate::contract::input_map")]
+    #[schema(schema_with = crate::contract::turn::input_map_schema)]
     inputs: BTreeMap<String, String>,
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/turns/{turnId}/replay",
+    summary = "Replay a recorded turn from the trace store with its inputs (docs/PROVENANCE.md)",
+    tag = "turns",
+    security(("tenantKey" = [])),
+    params(("turnId" = String, Path, description = "The recorded turn's id")),
+    request_body = ReplayRequest,
+    responses(
+        (status = 200, description = "What the replay reproduced, beside what the turn recorded", body = ReplayResult),
+        (status = 400, description = "Not JSON, an unknown field, too many inputs, or an input missing, unexpected or not matching the recorded turn; `field` names it (`BAD_REQUEST`)", body = ErrorBody),
+        (status = 404, description = "No turn of this tenant has this id (`NOT_FOUND`)", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within `server.body_timeout_ms` (`REQUEST_TIMEOUT`)", body = ErrorBody),
+        (status = 413, description = "The body exceeds `server.max_body_bytes` (`PAYLOAD_TOO_LARGE`)", body = ErrorBody),
+        (status = 415, description = "No `Content-Type: application/json` (`UNSUPPORTED_MEDIA_TYPE`)", body = ErrorBody),
+        (status = 422, description = "The turn's build is not in the store or does not load (`UNPROCESSABLE`)", body = ErrorBody),
+        (status = 429, description = "The tenant's replay bucket is empty (`TOO_MANY_REPLAYS`, `Retry-After` in seconds)", body = ErrorBody),
+    )
+)]
 async fn replay(
     tenant: Tenant,
     request: HttpRequest,

@@ -69,16 +69,49 @@ fn get_or_head() -> actix_web::Route {
 }
 
 /// `/ui` → `/ui/`, so that the page's relative module URLs resolve under `/ui/`.
+#[utoipa::path(
+    method(get, head),
+    path = "/ui",
+    summary = "Redirect to the trace explorer",
+    tag = "ui",
+    responses((status = 308, description = "To `/ui/`, so that the page's relative URLs resolve", headers(("Location" = String, description = "`/ui/`"))))
+)]
 async fn redirect_to_index() -> HttpResponse {
     HttpResponse::PermanentRedirect()
         .insert_header((header::LOCATION, "/ui/"))
         .finish()
 }
 
+#[utoipa::path(
+    method(get, head),
+    path = "/ui/",
+    summary = "The trace explorer page (docs/TRACE_EXPLORER.md)",
+    tag = "ui",
+    responses(
+        (status = 200, description = "The trace explorer page, with a strict Content-Security-Policy; no key needed", content_type = "text/html", body = String),
+        (status = 304, description = "`If-None-Match` names the page's entity tag"),
+    )
+)]
 async fn index(request: HttpRequest) -> Result<HttpResponse, ApiError> {
     serve(&request, "index.html")
 }
 
+#[utoipa::path(
+    method(get, head),
+    path = "/ui/{file}",
+    summary = "A file of the trace explorer page",
+    tag = "ui",
+    params(("file" = String, Path, pattern = "^(index\\.html|style\\.css|app\\.js|api\\.js|dom\\.js|views\\.js)$", description = "One of the page's files; any other is 404")),
+    responses(
+        (status = 200, description = "The file", content(
+            (String = "text/html"),
+            (String = "text/css"),
+            (String = "text/javascript"),
+        )),
+        (status = 304, description = "`If-None-Match` names the file's entity tag"),
+        (status = 404, description = "No such file in the trace explorer (`NOT_FOUND`)", body = crate::contract::ErrorBody),
+    )
+)]
 async fn file(request: HttpRequest, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
     serve(&request, &path.into_inner())
 }

@@ -4,6 +4,7 @@
 mod build;
 mod doctor;
 mod mcp;
+mod openapi;
 mod output;
 mod preview;
 mod provider_check;
@@ -54,6 +55,8 @@ pub(crate) enum Command {
     /// Serve the MCP tools (get_context, handle_*, search_traces, get_trace) for one
     /// tenant on standard input/output
     Mcp(mcp::McpArgs),
+    /// Write the OpenAPI 3.1 document of the HTTP API (what GET /openapi.json serves)
+    Openapi(openapi::OpenApiArgs),
 }
 
 /// Output of commands that print either for people or as JSON.
@@ -76,6 +79,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Doctor(args) => doctor::run(&args),
         Command::ProviderCheck(args) => provider_check::run(&args),
         Command::Mcp(args) => mcp::run(&args),
+        Command::Openapi(args) => openapi::run(&args),
     }
 }
 

@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 
 /// One record returned by a provider. Content is reference data: it is bounded, scanned
 /// and rendered inside fences, never interpreted.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Item {
     /// The provider's record id. Traces never store it; they store a keyed locator.
@@ -21,7 +21,9 @@ pub struct Item {
 }
 
 /// How current a provider says its answer is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Currentness {
     Current,

@@ -7,8 +7,20 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// `POST /v1/turns`. Unknown fields are refused, naming the field.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, rmcp::schemars::JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    rmcp::schemars::JsonSchema,
+    utoipa::ToSchema,
+)]
 #[schemars(crate = "rmcp::schemars")]
+#[schema(example = json!({"project": "support", "profile": "default", "objective": "billing",
+    "consumer": "support-agent", "inputs": {"customerId": "CUST-1042"},
+    "budget": {"maxBytes": 8000}, "deadlineMs": 1500}))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TurnRequest {
     pub project: String,
@@ -22,12 +34,108 @@ pub struct TurnRequest {
     /// refused by its kind, never echoed.
     #[serde(default, deserialize_with = "input_map")]
     #[schemars(with = "BTreeMap<String, String>")]
+    #[schema(schema_with = input_map_schema)]
     pub inputs: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<TurnBudget>,
-    /// The turn's deadline in milliseconds; the server's `max_turn_ms` caps it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The turn's deadline in milliseconds: 50 ..= 10000, or up to `limits.max_turn_ms`
+    /// when that is larger; `max_turn_ms` caps the time the turn takes.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_whole_number"
+    )]
+    #[schema(minimum = 50, maximum = 10000)]
     pub deadline_ms: Option<u64>,
+}
+
+/// `limits.max_input_keys` when the config does not set it.
+pub(crate) const DEFAULT_MAX_INPUT_KEYS: usize = 64;
+
+/// The OpenAPI schema of an `inputs` object (turns and replays): string values, at most
+/// `limits.max_input_keys` keys (the default, as the shipped config serves it).
+pub(crate) fn input_map_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::{ObjectBuilder, schema::Type};
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .additional_properties(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .max_properties(Some(DEFAULT_MAX_INPUT_KEYS))
+        .description(Some(
+            "String values only, each key once, at most `limits.max_input_keys` (64) keys; values are never echoed or logged",
+        ))
+        .build()
+}
+
+/// Reads a count or a duration: a whole number as JSON writes it, `8000` or `8000.0`
+/// (JSON has one number type, and the OpenAPI document's `integer` is both). A fraction,
+/// a negative number or one past the type's range is refused by its kind.
+pub(crate) fn whole_number<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: TryFrom<u64>,
+{
+    let value = deserializer.deserialize_any(WholeNumberVisitor)?;
+    T::try_from(value)
+        .map_err(|_| de::Error::invalid_value(de::Unexpected::Unsigned(value), &WholeNumberVisitor))
+}
+
+/// [`whole_number`] for an optional field: `null` is absent.
+pub(crate) fn optional_whole_number<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: TryFrom<u64>,
+{
+    struct Optional<T>(std::marker::PhantomData<T>);
+    impl<'de, T: TryFrom<u64>> Visitor<'de> for Optional<T> {
+        type Value = Option<T>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a whole number")
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<T>, D::Error> {
+            whole_number(deserializer).map(Some)
+        }
+    }
+    deserializer.deserialize_option(Optional(std::marker::PhantomData))
+}
+
+struct WholeNumberVisitor;
+
+impl<'de> Visitor<'de> for WholeNumberVisitor {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a whole number")
+    }
+
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<u64, E> {
+        Ok(value)
+    }
+
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<u64, E> {
+        u64::try_from(value).map_err(|_| E::invalid_value(de::Unexpected::Signed(value), &self))
+    }
+
+    fn visit_f64<E: de::Error>(self, value: f64) -> Result<u64, E> {
+        whole(value).ok_or_else(|| E::invalid_type(de::Unexpected::Float(value), &self))
+    }
+}
+
+/// `value` as a `u64` when it is a whole number in range (`8000.0`); `None` for a
+/// fraction, a negative number or one past `u64::MAX`.
+pub(crate) fn whole(value: f64) -> Option<u64> {
+    // 2^64: the first float past `u64::MAX`.
+    const PAST_U64: f64 = 18_446_744_073_709_551_616.0;
+    (value.fract() == 0.0 && (0.0..PAST_U64).contains(&value)).then_some(value as u64)
 }
 
 /// Reads an `inputs` object: string values only, every key once. Two values for one key
@@ -130,15 +238,28 @@ impl<'de> Visitor<'de> for InputValueVisitor {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, rmcp::schemars::JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    rmcp::schemars::JsonSchema,
+    utoipa::ToSchema,
+)]
 #[schemars(crate = "rmcp::schemars")]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TurnBudget {
+    /// 256 ..= 1048576; the project's budget caps it.
+    #[serde(deserialize_with = "whole_number")]
+    #[schema(minimum = 256, maximum = 1048576)]
     pub max_bytes: usize,
 }
 
 /// A `200` answer: every layer's status, every provider's status, what was rendered.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnResponse {
     pub turn_id: String,
@@ -162,7 +283,7 @@ pub struct TurnResponse {
 /// What the kernel made of a turn: every layer's and provider's status, the rendered
 /// text, what was selected and cut, and the budget. The turn answer, Preview and replay
 /// report it as it is.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnResult {
     pub blocked: bool,
@@ -186,7 +307,7 @@ pub struct TurnResult {
 }
 
 /// One layer's status and why.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LayerReport {
     pub id: String,
@@ -204,7 +325,7 @@ pub struct LayerReport {
 }
 
 /// Where a provider's reported version came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum VersionSource {
     Response,
@@ -214,7 +335,7 @@ pub enum VersionSource {
 
 /// One provider the turn reached: invoked, or decided by gating (`INVALID_REQUEST`,
 /// `NOT_BOUND`, `NOT_EVALUATED`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderReport {
     pub id: String,
@@ -243,6 +364,7 @@ pub struct ProviderReport {
     /// Secrets replaced by `[REDACTED:<kind>]` in the items (`secrets = "redact"`),
     /// counted by kind; absent when nothing was redacted. Never the secrets themselves.
     #[serde(default, skip_serializing_if = "RedactionCounts::is_empty")]
+    #[schema(value_type = BTreeMap<String, u32>)]
     pub redactions: RedactionCounts,
     /// Items past the layer's limit that the provider left out (a REST API does not
     /// know the limit): recorded, not a failure; absent when none were.
@@ -260,7 +382,7 @@ pub(crate) fn is_zero(count: &u32) -> bool {
 pub type RedactionCounts = BTreeMap<String, u32>;
 
 /// One rendered material (static text or a provider item).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SelectionReport {
     pub layer: String,
@@ -283,14 +405,14 @@ pub struct SelectionReport {
 }
 
 /// The opaque reference to material kept behind a handle: `{"id": "h_…", "version": 1}`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HandleRef {
     pub id: String,
     pub version: u64,
 }
 
 /// One budget cut.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CutReport {
     pub layer: String,
@@ -304,7 +426,7 @@ pub struct CutReport {
 }
 
 /// What a budget cut did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum CutAction {
     /// Content shortened at a UTF-8 boundary.
@@ -317,7 +439,7 @@ pub enum CutAction {
     Handle,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BudgetReport {
     pub max_bytes: usize,
@@ -325,12 +447,12 @@ pub struct BudgetReport {
 }
 
 /// Every non-`200` answer: `{"error": {"code", "message", "field"?}}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     pub code: String,
     pub message: String,
@@ -341,6 +463,32 @@ pub struct ErrorDetail {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_are_whole_numbers_written_either_way() {
+        let turn: TurnRequest = serde_json::from_str(
+            r#"{"project": "p", "budget": {"maxBytes": 8000.0}, "deadlineMs": 1500.0}"#,
+        )
+        .unwrap();
+        assert_eq!(turn.budget.unwrap().max_bytes, 8000);
+        assert_eq!(turn.deadline_ms, Some(1500));
+        let turn: TurnRequest =
+            serde_json::from_str(r#"{"project": "p", "deadlineMs": null}"#).unwrap();
+        assert_eq!(turn.deadline_ms, None);
+        for refused in [
+            r#"{"project": "p", "deadlineMs": 1500.5}"#,
+            r#"{"project": "p", "deadlineMs": -1}"#,
+            r#"{"project": "p", "deadlineMs": 1e30}"#,
+            r#"{"project": "p", "deadlineMs": "1500"}"#,
+            r#"{"project": "p", "budget": {"maxBytes": -8000.0}}"#,
+        ] {
+            let error = serde_json::from_str::<TurnRequest>(refused).unwrap_err();
+            assert!(
+                error.to_string().contains("a whole number"),
+                "{refused}: {error}"
+            );
+        }
+    }
 
     #[test]
     fn a_blocked_result_sends_rendered_as_null() {

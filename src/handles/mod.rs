@@ -95,7 +95,7 @@ pub(crate) fn is_valid_id(id: &str) -> bool {
 }
 
 /// What the store may reach besides its own memory: nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Capabilities {
     pub(crate) filesystem: bool,

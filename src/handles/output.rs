@@ -24,7 +24,7 @@ pub(crate) struct Execution {
 }
 
 /// A successful operation's result.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct OpOutput {
     pub(crate) entries: Vec<Entry>,
@@ -41,7 +41,7 @@ pub(crate) struct OpOutput {
 }
 
 /// One entry of a result: where it comes from, and one payload.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Entry {
     /// Partition chunk index (0-based).
@@ -106,7 +106,7 @@ impl Entry {
 }
 
 /// Exactly one payload per entry, serialized as its key (`"text": …`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) enum Payload {
     Text(String),
@@ -130,7 +130,7 @@ impl Payload {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub(crate) enum MapValue {
     Text(String),
@@ -138,7 +138,7 @@ pub(crate) enum MapValue {
 }
 
 /// `metadata`: kind, sizes and counts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Metadata {
     /// `text` or `items`.

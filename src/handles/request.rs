@@ -47,7 +47,7 @@ pub(crate) struct OpRequest {
 }
 
 /// The limits an operation runs under, defaults applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Limits {
     /// Most entries in the result.
@@ -56,6 +56,7 @@ pub(crate) struct Limits {
     pub(crate) max_bytes: usize,
     /// Wall time, checked inside every loop.
     #[serde(rename = "timeLimitMs", serialize_with = "millis")]
+    #[schema(value_type = u64)]
     pub(crate) time_limit: Duration,
 }
 
@@ -183,7 +184,7 @@ pub(crate) fn parse(body: &[u8], settings: &LimitSettings) -> Result<OpRequest, 
     let version = body.remove("version");
     let op = body.remove("op");
     let version = match version {
-        Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64(),
+        Some(Value::Number(n)) => whole_number(&n),
         _ => None,
     };
     let fail = |op: &'static str, error: HandleError| ParseFailure { op, version, error };
@@ -400,7 +401,7 @@ impl Fields {
         };
         match self.take(key) {
             None | Some(Value::Null) => Ok(default),
-            Some(Value::Number(n)) => match n.as_u64() {
+            Some(Value::Number(n)) => match whole_number(&n) {
                 Some(value) if value >= 1 && value <= cap as u64 => Ok(value as usize),
                 Some(value) => Err(invalid(format!("{value} is out of range: use 1..={cap}"))),
                 None => Err(invalid(format!("{n} is not a whole number in 1..={cap}"))),
@@ -412,7 +413,7 @@ impl Fields {
     fn optional_u64(&mut self, key: &str) -> Result<Option<u64>, HandleError> {
         match self.take(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
+            Some(Value::Number(n)) if whole_number(&n).is_some() => Ok(whole_number(&n)),
             Some(_) => Err(HandleError::invalid_argument(
                 &self.path(key),
                 "must be a non-negative whole number",
@@ -448,6 +449,13 @@ impl Fields {
             )),
         }
     }
+}
+
+/// A JSON number that is a whole number in `u64`'s range, written `3` or `3.0` (JSON has
+/// one number type); `None` for a fraction, a negative number or one past `u64::MAX`.
+fn whole_number(n: &serde_json::Number) -> Option<u64> {
+    n.as_u64()
+        .or_else(|| n.as_f64().and_then(crate::contract::turn::whole))
 }
 
 /// A caller-supplied name, shortened for an error message.
@@ -581,6 +589,22 @@ mod tests {
                 other => panic!("{field}={value}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn whole_numbers_may_be_written_with_a_zero_fraction() {
+        let request = parse_json(json!({"version": 1.0, "op": {"kind": "slice", "start": 2.0,
+            "length": 3, "maxResults": 10.0}}))
+        .unwrap();
+        assert_eq!(request.version, 1);
+        assert_eq!(
+            request.op,
+            Operation::Slice {
+                start: 2,
+                length: 3
+            }
+        );
+        assert_eq!(request.limits.max_results, 10);
     }
 
     #[test]

@@ -66,7 +66,7 @@ pub struct SearchQuery {
 }
 
 /// One page of results, newest first.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SearchPage {
     pub traces: Vec<StoredTurn>,

@@ -13,7 +13,7 @@ pub const PROVIDER_RECORD_KIND: &str = "context.provider.v1";
 pub const TURN_RECORD_KIND: &str = "ctxd.turn.v1";
 
 /// What one turn decided and rendered.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnRecord {
     pub kind: String,
@@ -53,7 +53,7 @@ pub struct TurnRecord {
     pub duration_ms: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InputDigest {
     pub key: String,
@@ -74,7 +74,7 @@ pub type CutRecord = crate::contract::CutReport;
 
 /// One provider the turn reached: invoked, or refused before invocation
 /// (`INVALID_REQUEST`, `NOT_BOUND`, `NOT_EVALUATED`, with `invoked: false`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderRecord {
     pub kind: String,
@@ -123,6 +123,7 @@ pub struct ProviderRecord {
     /// Secrets replaced by `[REDACTED:<kind>]` in the items, counted by kind; absent
     /// when nothing was redacted. Never a secret.
     #[serde(default, skip_serializing_if = "RedactionCounts::is_empty")]
+    #[schema(value_type = std::collections::BTreeMap<String, u32>)]
     pub redactions: RedactionCounts,
     /// Items past the layer's limit that the provider left out (a REST API does not
     /// know the limit): recorded, not a failure; absent when none were.
@@ -131,7 +132,7 @@ pub struct ProviderRecord {
     pub retention: RetentionRecord,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ItemRecord {
     /// `<provider>/item-<16 hex>`, keyed; never the record id.
@@ -141,7 +142,7 @@ pub struct ItemRecord {
     pub bytes: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetentionRecord {
     /// `none`, `digest` or `content`.
@@ -172,7 +173,7 @@ pub struct TurnTrace {
 
 /// A turn as the trace store gives it back: the turn record and all its provider
 /// records (retained content stays sealed until a replay asks for it).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct StoredTurn {
     pub turn: TurnRecord,
     pub providers: Vec<ProviderRecord>,
@@ -200,7 +201,7 @@ pub fn timestamp(time: std::time::SystemTime) -> (i64, String) {
 pub const HANDLE_OPERATION_KIND: &str = "ctxd.handle.operation.v1";
 
 /// One operation on one handle, successful or refused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HandleOpRecord {
     pub kind: String,
@@ -229,7 +230,7 @@ pub struct HandleOpRecord {
     pub limits: Option<RecordLimits>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RecordLimits {
     pub max_results: u64,

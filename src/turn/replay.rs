@@ -60,7 +60,7 @@ impl kernel::HandleSink for RecordedHandles<'_> {
 }
 
 /// How one provider of the turn was replayed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub(crate) enum ProviderReplay {
     /// The recorded answer was reproduced: a failure, no content, or verified content.
@@ -83,7 +83,7 @@ impl ProviderReplay {
 }
 
 /// What a replay reproduced, beside what the turn originally recorded.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ReplayResult {
     pub(crate) turn_id: String,
@@ -109,7 +109,7 @@ impl ReplayResult {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ReplayedLayer {
     pub(crate) id: String,
@@ -120,7 +120,7 @@ pub(crate) struct ReplayedLayer {
     pub(crate) original_reason: Option<LayerReason>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ReplayedProvider {
     pub(crate) id: String,

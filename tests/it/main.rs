@@ -14,6 +14,7 @@ mod http_provider;
 mod mcp_provider;
 mod mcp_server;
 mod metrics;
+mod openapi;
 mod postgres_provider;
 mod prometheus;
 mod provenance;
