@@ -88,13 +88,6 @@ async fn readyz(request: HttpRequest, state: web::Data<ApiState>) -> HttpRespons
     if let Some(no_room) = &no_room {
         body["reason"] = json!(no_room.to_string());
     }
-    if handle_store.backend != "memory" {
-        body["handleStore"] = json!({
-            "backend": handle_store.backend,
-            "reachable": handle_store.problem.is_none(),
-            "problem": handle_store.problem,
-        });
-    }
     if let Some(tenant) = tenant {
         let providers: Vec<_> = snapshots
             .iter()
@@ -113,6 +106,13 @@ async fn readyz(request: HttpRequest, state: web::Data<ApiState>) -> HttpRespons
             .collect();
         let turns = state.coordinators.turns().await;
         body["providers"] = json!(providers);
+        if handle_store.backend != "memory" {
+            body["handleStore"] = json!({
+                "backend": handle_store.backend,
+                "reachable": handle_store.problem.is_none(),
+                "problem": handle_store.problem,
+            });
+        }
         body["turns"] = json!({"inFlight": turns.in_flight, "finished": turns.finished});
     }
     if starting || no_room.is_some() {

@@ -627,8 +627,21 @@ async fn the_password_comes_from_the_environment_and_an_outage_answers_503() {
     let stderr = refused_start(&without.config, &[]);
     assert!(stderr.contains("handle store"), "{stderr}");
 
-    // The right one, from the environment.
+    // The right one, from the environment; doctor checks it as serve would.
     let env = [("CTXD_TEST_REDIS_PASSWORD", PASSWORD)];
+    let doctor = crate::support::ctxd()
+        .args(["doctor", "--config", with_env.config.to_str().unwrap()])
+        .env("CTXD_TEST_REDIS_PASSWORD", PASSWORD)
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&doctor.stdout).into_owned();
+    assert!(
+        report.contains("handle store")
+            && report.contains(&format!("redis at 127.0.0.1:{}/0 answers", own.port)),
+        "{report}"
+    );
+    assert!(!report.contains(PASSWORD), "{report}");
     let ctxd = Ctxd::start(&with_env.config, &[], &env);
     let (_, handle) = handle_from_turn(&ctxd, KEY).await;
     let id = handle["id"].as_str().unwrap().to_owned();
@@ -666,6 +679,20 @@ async fn the_password_comes_from_the_environment_and_an_outage_answers_503() {
             .unwrap()
             .contains("handle store")
     );
+    // Without a key: only the status, no address.
+    let anonymous = client().get(ctxd.url("/readyz")).send().await.unwrap();
+    assert_eq!(anonymous.status().as_u16(), 200);
+    let anonymous: Value = anonymous.json().await.unwrap();
+    assert_eq!(anonymous, json!({"status": "degraded"}));
+    let doctor = crate::support::ctxd()
+        .args(["doctor", "--config", with_env.config.to_str().unwrap()])
+        .env("CTXD_TEST_REDIS_PASSWORD", PASSWORD)
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&doctor.stdout).into_owned();
+    assert!(!doctor.status.success(), "{report}");
+    assert!(report.contains("cannot be reached"), "{report}");
     let (status, turn) = crate::server::turn(
         &ctxd,
         KEY,
