@@ -384,7 +384,7 @@ async fn expiry_and_tombstones_hold_across_replicas() {
     let server = provider().await;
     let replicas = replicas(
         &server,
-        &redis_handles(&prefix, "ttl = \"1s\"\ntombstone_ttl = \"3s\"\n"),
+        &redis_handles(&prefix, "ttl = \"1s\"\ntombstone_ttl = \"5s\"\n"),
     );
     let (a, b) = (&replicas.a, &replicas.b);
     let (_, handle) = handle_from_turn(a, KEY).await;
@@ -728,4 +728,36 @@ async fn the_password_comes_from_the_environment_and_an_outage_answers_503() {
     let logs = ctxd.logs();
     assert!(!logs.contains(PASSWORD), "the password is never logged");
     assert!(!logs.contains(VALUE), "the lookup value is never logged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_oldest_tombstones_are_forgotten_beyond_max_tombstones() {
+    let prefix = Prefix::new("tombstones");
+    let server = provider().await;
+    let replicas = replicas(&server, &redis_handles(&prefix, "max_tombstones = 1\n"));
+    let (a, b) = (&replicas.a, &replicas.b);
+    let (_, first) = handle_from_turn(a, KEY).await;
+    let (_, second) = handle_from_turn(b, KEY).await;
+    let (first, second) = (
+        first["id"].as_str().unwrap(),
+        second["id"].as_str().unwrap(),
+    );
+    assert_eq!(delete(b, KEY, first).await.0, 200);
+    assert_eq!(delete(a, KEY, second).await.0, 200);
+    // Only the newest tombstone is kept: the older id is unknown on both replicas.
+    for replica in [a, b] {
+        let (status, body) = op(replica, KEY, first, metadata()).await;
+        assert_eq!(
+            (status, error_code(&body)),
+            (404, "unknown_handle"),
+            "{body:#}"
+        );
+        let (status, body) = op(replica, KEY, second, metadata()).await;
+        assert_eq!(
+            (status, error_code(&body)),
+            (410, "stale_handle"),
+            "{body:#}"
+        );
+    }
+    assert!(!prefix.keys().iter().any(|key| key.ends_with(first)));
 }
