@@ -15,12 +15,11 @@
 //! [`crate::handles::attempt`]; these routes turn HTTP into its types and back, hop to
 //! the blocking pool, queue the record and count the result. A handle store that cannot
 //! be asked (Redis unreachable) answers `503 RUNTIME_UNAVAILABLE`, counted like any
-//! refusal. Every attempt on a handle
-//! the tenant holds (live or tombstoned) — successful or not — is traced, its record
-//! queued like a turn's: if the queue stays full the answer is 503, never an untraced
-//! result. An id that resolves to nothing of the tenant's is only counted in the
-//! metric: there is no per-handle sequence to give it, and recording caller-chosen ids
-//! would let anyone fill the store.
+//! refusal. Every attempt on a handle the tenant holds (live or tombstoned) — successful
+//! or not — is traced, its record queued like a turn's: if the queue stays full the
+//! answer is 503, never an untraced result. An id that resolves to nothing of the
+//! tenant's is only counted in the metric: there is no per-handle sequence to give it,
+//! and recording caller-chosen ids would let anyone fill the store.
 
 use super::body::read_json_body;
 use super::{ApiError, ApiState, Tenant};
