@@ -194,12 +194,14 @@ async fn run_turn(
         .filter_map(|call| call.facts.duration)
         .max()
         .unwrap_or_default();
+    let mut handle_sink = StoreSink::new(&registry.handles, &tenant.id);
     let answered = called.assemble(Rendering {
         max_bytes,
         nonce: &kernel::random_nonce(),
-        handles: &mut StoreSink::new(&registry.handles, &tenant.id),
+        handles: &mut handle_sink,
         locators: Some(&registry.digest_key),
     });
+    handle_sink.register_kept().await;
     let turn_id = uuid::Uuid::now_v7().to_string();
     let facts = TurnFacts {
         turn_id: &turn_id,
@@ -237,7 +239,7 @@ async fn run_turn(
             .iter()
             .filter_map(|s| s.handle.as_ref())
         {
-            let _ = registry.handles.delete(&tenant.id, &handle.id, now);
+            let _ = registry.handles.delete(&tenant.id, &handle.id, now).await;
         }
         match refused {
             // The writer logs when the store runs out of room, not every turn it refuses.
@@ -514,13 +516,17 @@ async fn invoke_live(
 /// Keeps the items a turn returns behind handles in the tenant's share of the handle
 /// store. Offers only decide an id; the kernel has the sink keep exactly the handles the
 /// final text references, so an item dropped for budget after all never takes room in
-/// the store (nor evicts anything to make it).
+/// the store (nor evicts anything to make it). The kernel is pure, so keeping only
+/// collects; [`StoreSink::register_kept`] stores them (a Redis store is a network call)
+/// once the text is final, before the trace is queued.
 struct StoreSink<'a> {
     store: &'a HandleStore,
     tenant: &'a str,
     /// Handles offered and not withdrawn, with their bytes: together they must fit the
     /// tenant's share, or keeping the last would evict the first of the same turn.
     offered: Vec<(String, usize)>,
+    /// Handles the final text references, with their material, to register.
+    kept: Vec<(HandleRef, HandleMaterial)>,
 }
 
 impl<'a> StoreSink<'a> {
@@ -529,6 +535,27 @@ impl<'a> StoreSink<'a> {
             store,
             tenant,
             offered: Vec::new(),
+            kept: Vec::new(),
+        }
+    }
+
+    /// Registers every kept handle. A refusal or an unreachable store is logged: the
+    /// turn is still answered, and its reference then answers `unknown_handle`.
+    async fn register_kept(self) {
+        for (handle, material) in self.kept {
+            match self
+                .store
+                .register_as(self.tenant, &handle.id, material)
+                .await
+            {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => {
+                    tracing::warn!(tenant = %self.tenant, error = %error, "handle not registered");
+                }
+                Err(unavailable) => {
+                    tracing::warn!(tenant = %self.tenant, error = %unavailable, "handle not registered");
+                }
+            }
         }
     }
 }
@@ -554,14 +581,8 @@ impl HandleSink for StoreSink<'_> {
     }
 
     fn keep(&mut self, handle: &HandleRef, item: &Item) {
-        let material = HandleMaterial::Items(vec![item.clone()]);
-        let now = std::time::Instant::now();
-        if let Err(error) = self
-            .store
-            .register_as(self.tenant, &handle.id, material, now)
-        {
-            tracing::warn!(tenant = %self.tenant, error = %error, "handle not registered");
-        }
+        self.kept
+            .push((handle.clone(), HandleMaterial::Items(vec![item.clone()])));
     }
 }
 

@@ -150,6 +150,10 @@ impl Topology {
                 environment.join("\n  ")
             );
         }
+        // Before anything is started: a Redis that cannot be reached refuses the start.
+        let handles = crate::handles::HandleStore::open(&config.handle_store, config.handles, env)
+            .await
+            .map_err(|e| anyhow!("the handle store cannot be used: {e}"))?;
         let store_path = config.trace.store_path().to_owned();
         let digest_key = config.trace.digest_key_source().resolve(env)?;
         let settings = WriterSettings {
@@ -199,7 +203,7 @@ impl Topology {
                 shutting_down: AtomicBool::new(false),
                 traces,
                 trace_wait: config.trace.backpressure_wait,
-                handles: Arc::new(crate::handles::HandleStore::new(config.handles)),
+                handles: Arc::new(handles),
             }),
             running,
             arbiters,

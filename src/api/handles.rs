@@ -13,12 +13,13 @@
 //!
 //! What an attempt comes to — sequence, result, trace record — is decided by
 //! [`crate::handles::attempt`]; these routes turn HTTP into its types and back, hop to
-//! the blocking pool, queue the record and count the result. Every attempt on a handle
-//! the tenant holds (live or tombstoned) — successful or not — is traced, its record
-//! queued like a turn's: if the queue stays full the answer is 503, never an untraced
-//! result. An id that resolves to nothing of the tenant's is only counted in the
-//! metric: there is no per-handle sequence to give it, and recording caller-chosen ids
-//! would let anyone fill the store.
+//! the blocking pool, queue the record and count the result. A handle store that cannot
+//! be asked (Redis unreachable) answers `503 RUNTIME_UNAVAILABLE`, counted like any
+//! refusal. Every attempt on a handle the tenant holds (live or tombstoned) — successful
+//! or not — is traced, its record queued like a turn's: if the queue stays full the
+//! answer is 503, never an untraced result. An id that resolves to nothing of the
+//! tenant's is only counted in the metric: there is no per-handle sequence to give it,
+//! and recording caller-chosen ids would let anyone fill the store.
 
 use super::body::read_json_body;
 use super::openapi::{HandleCapabilities, HandleDeleted, HandleOpAnswer, HandleTracePage};
@@ -26,8 +27,11 @@ use super::{ApiError, ApiState, Tenant};
 use crate::actors::Registry;
 use crate::contract::{ErrorBody, HandleRef};
 use crate::handles::attempt::{self, DELETE, Finished, NotHeld, Prepared};
+use crate::handles::bounds::Clock;
 use crate::handles::request;
-use crate::handles::{HandleError, HandleOperationFinished, OpOutput, SystemClock, is_valid_id};
+use crate::handles::{
+    HandleError, HandleOperationFinished, OpOutput, StoreUnavailable, SystemClock, is_valid_id,
+};
 use crate::trace::query::{DEFAULT_HANDLE_OPERATIONS, MAX_HANDLE_OPERATIONS};
 use crate::trace::record::HandleOpRecord;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -160,15 +164,13 @@ pub(crate) async fn operate_on(
     }
     let store = &registry.handles;
     let parsed = request::parse(body, &store.settings().limits);
-    let prepared = attempt::prepare(
-        store,
-        &tenant.id,
-        id,
-        parsed,
-        SystemTime::now(),
-        &SystemClock,
-    )
-    .map_err(not_held)?;
+    let (op, version) = attempt::requested(&parsed);
+    let held = store
+        .begin(&tenant.id, id, version, SystemClock.now())
+        .await
+        .map_err(|error| counted(op, store_unavailable(error)))?;
+    let prepared =
+        attempt::prepare_held(held, &tenant.id, id, parsed, SystemTime::now()).map_err(not_held)?;
     let finished = match prepared {
         Prepared::Refused(finished) => finished,
         // Never on the worker's thread: the operation is bounded by its time limit, not
@@ -277,14 +279,13 @@ async fn delete(
             ApiError::Handle(HandleError::InvalidHandle),
         ));
     }
-    let finished = attempt::delete(
-        &registry.handles,
-        &tenant.id,
-        &id,
-        SystemTime::now(),
-        &SystemClock,
-    )
-    .map_err(not_held)?;
+    let held = registry
+        .handles
+        .delete(&tenant.id, &id, SystemClock.now())
+        .await
+        .map_err(|error| counted(DELETE, store_unavailable(error)))?;
+    let finished =
+        attempt::delete_held(held, &tenant.id, &id, SystemTime::now()).map_err(not_held)?;
     // If the record cannot be queued the tombstone stays: the deletion happened, and
     // the caller is told it is not traced (503) rather than answered as if it were.
     concluded(registry, finished, |handle, sequence, ()| {
@@ -380,7 +381,14 @@ async fn trace(
     .map_err(store_failure)?;
     // Records outlive the handle (and a restart); with none, only a handle the tenant
     // holds has a (still empty) trace.
-    if page.operations.is_empty() && after == 0 && !registry.handles.is_known(&tenant.id, &id) {
+    if page.operations.is_empty()
+        && after == 0
+        && !registry
+            .handles
+            .is_known(&tenant.id, &id)
+            .await
+            .map_err(store_unavailable)?
+    {
         return Err(ApiError::Handle(HandleError::UnknownHandle { id }));
     }
     Ok(HttpResponse::Ok().json(json!({
@@ -388,6 +396,14 @@ async fn trace(
         "operations": page.operations,
         "nextAfter": page.next_after,
     })))
+}
+
+/// The handle store (Redis) could not be asked: 503, the attempt neither sequenced nor
+/// answered. The message names the server, never a password.
+fn store_unavailable(error: StoreUnavailable) -> ApiError {
+    ApiError::RuntimeUnavailable {
+        message: error.to_string(),
+    }
 }
 
 fn store_failure(error: impl std::fmt::Display) -> ApiError {

@@ -78,7 +78,8 @@ async fn healthz() -> HttpResponse {
 /// has no room for another turn's trace (`trace_store_full` / `trace_disk_full`, with the
 /// figures in `reason`: every turn would be refused); otherwise 200 with `ready` or
 /// `degraded` (some provider's last probe failed — its turns still answer, with that
-/// provider's failures as statuses). Without a key that is all; with a tenant's key the
+/// provider's failures as statuses — or a Redis handle store does not answer `PING`:
+/// `handleStore.reachable: false`, handle operations answer 503). Without a key that is all; with a tenant's key the
 /// answer adds that tenant's providers (and no one else's) and the replica's turns.
 #[utoipa::path(
     get,
@@ -103,7 +104,11 @@ async fn readyz(request: HttpRequest, state: web::Data<ApiState>) -> HttpRespons
     let providers = state.registry.served().providers.clone();
     let snapshots = Topology::observe(&providers).await;
     let starting = snapshots.iter().any(|s| s.ready.is_none()) || snapshots.len() < providers.len();
-    let degraded = snapshots.iter().any(|s| s.ready == Some(false));
+    let handle_store = state.registry.handles.health().await;
+    // A shared handle store that cannot be reached is every replica's problem: turns
+    // still answer, so the replica stays in rotation as `degraded`.
+    let degraded =
+        snapshots.iter().any(|s| s.ready == Some(false)) || handle_store.problem.is_some();
     let no_room = state.registry.traces.no_room();
     let status = if starting {
         "starting"
@@ -136,6 +141,13 @@ async fn readyz(request: HttpRequest, state: web::Data<ApiState>) -> HttpRespons
             .collect();
         let turns = state.coordinators.turns().await;
         body["providers"] = json!(providers);
+        if handle_store.backend != "memory" {
+            body["handleStore"] = json!({
+                "backend": handle_store.backend,
+                "reachable": handle_store.problem.is_none(),
+                "problem": handle_store.problem,
+            });
+        }
         body["turns"] = json!({"inFlight": turns.in_flight, "finished": turns.finished});
     }
     if starting || no_room.is_some() {

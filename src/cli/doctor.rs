@@ -11,6 +11,7 @@
 //!   (its env var, or `generate_digest_key` with a usable folder for the key file);
 //! - the trace store's folder accepts a new file (a temp file is created and removed; the
 //!   store itself is neither opened nor migrated);
+//! - a Redis handle store: its password variable is set and the server answers `PING`;
 //! - each binding entry: a SQLite file that may be served (not one of ctxd's own files, inside
 //!   the binding's `allowed_roots`) opens read-only and its query prepares with `?1`
 //!   as its only parameter; HTTP endpoints follow the TLS rule and answer a `describe`
@@ -223,6 +224,7 @@ pub(crate) async fn diagnose(config: &Path, env: &EnvVars) -> Report {
     {
         report.problem("admin key", problem, problem.to_string());
     }
+    handle_store(&mut report, &server, env).await;
 
     for (tenant, resolved) in server.tenants.iter().zip(&deployment.tenants) {
         let subject = format!("tenant {}", tenant.id);
@@ -387,6 +389,31 @@ fn trace_store(report: &mut Report, server: &ServerConfig) {
                 super::shown_path(&ancestor)
             ),
         ),
+    }
+}
+
+/// The handle store `serve` would open: nothing to check for memory; for Redis, its
+/// password variable and a connection answering `PING` (the address is named, never the
+/// password).
+async fn handle_store(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
+    const SUBJECT: &str = "handle store";
+    let crate::handles::HandleBackend::Redis(redis) = &server.handle_store else {
+        report.ok(
+            SUBJECT,
+            "in memory (handles are not shared between replicas)",
+        );
+        return;
+    };
+    match crate::handles::HandleStore::open(&server.handle_store, server.handles, env).await {
+        Ok(_) => report.ok(
+            SUBJECT,
+            format!(
+                "redis at {} answers (key prefix {:?})",
+                redis.server(),
+                redis.key_prefix
+            ),
+        ),
+        Err(problem) => report.fail(SUBJECT, format!("{problem}: serve refuses to start")),
     }
 }
 

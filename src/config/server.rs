@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod cache;
+mod handle_store;
 mod serving;
 
 pub(crate) use cache::CacheMemory;
@@ -54,6 +55,8 @@ pub(crate) struct ServerConfig {
     pub(crate) limits: Limits,
     /// `[handles]`: the handle store's TTL, byte cap and operation limits.
     pub(crate) handles: HandleSettings,
+    /// `[handles] store`: memory, or a Redis shared by replicas.
+    pub(crate) handle_store: crate::handles::HandleBackend,
     /// `[cache]`: the memory the response caches hold, in total and per tenant.
     pub(crate) cache: CacheMemory,
     pub(crate) tenants: Vec<TenantConfig>,
@@ -299,6 +302,12 @@ struct RawHandles {
     max_bytes_cap: Option<i64>,
     default_time_limit_ms: Option<i64>,
     time_limit_cap_ms: Option<i64>,
+    store: Option<String>,
+    url: Option<String>,
+    password_env: Option<String>,
+    key_prefix: Option<String>,
+    tombstone_ttl: Option<String>,
+    timeout_ms: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -354,28 +363,44 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<ServerConfig, 
         Some(toml::Value::Array(entries)) => entries.len(),
         _ => 0,
     };
-    let handles = optional_section::<RawHandles>(&mut problems, &mut table, "handles")
-        .and_then(|raw| check_handles(&mut problems, raw, tenant_count));
+    let raw_handles = optional_section::<RawHandles>(&mut problems, &mut table, "handles");
+    let handle_store = raw_handles.as_ref().and_then(|raw| {
+        let store = handle_store::RawHandleStore {
+            store: raw.store.as_deref(),
+            url: raw.url.as_deref(),
+            password_env: raw.password_env.as_deref(),
+            key_prefix: raw.key_prefix.as_deref(),
+            tombstone_ttl: raw.tombstone_ttl.as_deref(),
+            timeout_ms: raw.timeout_ms,
+        };
+        handle_store::check_handle_store(&mut problems, &store)
+    });
+    let handles = raw_handles.and_then(|raw| check_handles(&mut problems, raw, tenant_count));
     let cache = optional_section::<RawCache>(&mut problems, &mut table, "cache")
         .and_then(|raw| check_cache(&mut problems, raw, tenant_count));
     let tenants = check_tenants(&mut problems, table.remove("tenants"), base_dir);
 
-    match (server, trace, metrics, limits, handles, cache) {
-        (Some(server), Some(trace), Some(metrics), Some(limits), Some(handles), Some(cache))
-            if problems.is_empty() =>
-        {
-            Ok(ServerConfig {
-                file: file.to_owned(),
-                base_dir: base_dir.to_path_buf(),
-                server,
-                trace,
-                metrics,
-                limits,
-                handles,
-                cache,
-                tenants,
-            })
-        }
+    match (server, trace, metrics, limits, handles, cache, handle_store) {
+        (
+            Some(server),
+            Some(trace),
+            Some(metrics),
+            Some(limits),
+            Some(handles),
+            Some(cache),
+            Some(handle_store),
+        ) if problems.is_empty() => Ok(ServerConfig {
+            file: file.to_owned(),
+            base_dir: base_dir.to_path_buf(),
+            server,
+            trace,
+            metrics,
+            limits,
+            handles,
+            handle_store,
+            cache,
+            tenants,
+        }),
         _ => Err(ConfigErrors::new(file, problems.into_screened())),
     }
 }

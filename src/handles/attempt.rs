@@ -15,13 +15,17 @@
 //!   caller can run the operation off its own thread while the store access stays a
 //!   few map updates under a lock.
 //!
-//! The clock is injected: the store's `now` and the operation's time limit read it.
+//! The store is asked first (`HandleStore::begin`/`delete`, which may wait on Redis);
+//! what it answered comes here, so everything in this module is pure. The clock is
+//! injected: the operation's time limit reads it.
 
 use super::bounds::Clock;
 use super::ops;
 use super::output::{Inspected, OpOutput};
 use super::request::{Limits, OpRequest, ParseFailure};
-use super::store::{Attempt, HandleStore};
+use super::store::Attempt;
+#[cfg(test)]
+use super::store::MemoryStore;
 use super::{HandleError, HandleMaterial};
 use crate::contract::HandleRef;
 use crate::trace::record::HandleOpRecord;
@@ -122,25 +126,31 @@ impl Ready {
     }
 }
 
+/// The operation a request names (`unknown` when it did not say) and the version it
+/// asks for: what the store needs to sequence the attempt.
+pub(crate) fn requested(request: &Result<OpRequest, ParseFailure>) -> (&'static str, Option<u64>) {
+    match request {
+        Ok(request) => (request.op.name(), Some(request.version)),
+        Err(failure) => (failure.op, failure.version),
+    }
+}
+
 /// Starts an operation on `tenant`'s handle `id` with the parsed `request`, started at
-/// `at` (the record's time).
-pub(crate) fn prepare(
-    store: &HandleStore,
+/// `at` (the record's time), from what the store answered for it (`held`: from
+/// `HandleStore::begin` with the version of [`requested`]).
+pub(crate) fn prepare_held(
+    held: Attempt<Arc<HandleMaterial>>,
     tenant: &str,
     id: &str,
     request: Result<OpRequest, ParseFailure>,
     at: SystemTime,
-    clock: &dyn Clock,
 ) -> Result<Prepared, NotHeld> {
-    let (op, version) = match &request {
-        Ok(request) => (request.op.name(), Some(request.version)),
-        Err(failure) => (failure.op, failure.version),
-    };
+    let (op, _) = requested(&request);
     let Attempt::Held {
         sequence,
         version,
         outcome,
-    } = store.begin(tenant, id, version, clock.now())
+    } = held
     else {
         return Err(NotHeld {
             op,
@@ -162,16 +172,16 @@ pub(crate) fn prepare(
     })
 }
 
-/// Deletes `tenant`'s handle `id`, leaving a tombstone; a tombstone answers
-/// `stale_handle`. Started at `at` (the record's time).
-pub(crate) fn delete(
-    store: &HandleStore,
+/// Deletes `tenant`'s handle `id` from what the store answered for the delete
+/// (`HandleStore::delete`: a tombstone left, or `stale_handle`). Started at `at` (the
+/// record's time).
+pub(crate) fn delete_held(
+    held: Attempt<()>,
     tenant: &str,
     id: &str,
     at: SystemTime,
-    clock: &dyn Clock,
 ) -> Result<Finished<()>, NotHeld> {
-    match store.delete(tenant, id, clock.now()) {
+    match held {
         Attempt::Unknown => Err(NotHeld {
             op: DELETE,
             id: id.to_owned(),
@@ -189,6 +199,38 @@ pub(crate) fn delete(
             ),
         ),
     }
+}
+
+/// [`prepare_held`] on an in-memory store.
+#[cfg(test)]
+fn prepare(
+    store: &MemoryStore,
+    tenant: &str,
+    id: &str,
+    request: Result<OpRequest, ParseFailure>,
+    at: SystemTime,
+    clock: &dyn Clock,
+) -> Result<Prepared, NotHeld> {
+    let (_, version) = requested(&request);
+    prepare_held(
+        store.begin(tenant, id, version, clock.now()),
+        tenant,
+        id,
+        request,
+        at,
+    )
+}
+
+/// [`delete_held`] on an in-memory store.
+#[cfg(test)]
+fn delete(
+    store: &MemoryStore,
+    tenant: &str,
+    id: &str,
+    at: SystemTime,
+    clock: &dyn Clock,
+) -> Result<Finished<()>, NotHeld> {
+    delete_held(store.delete(tenant, id, clock.now()), tenant, id, at)
 }
 
 /// What is known of an attempt once the store has sequenced it.
@@ -291,8 +333,8 @@ mod tests {
     const SLICE_PAST_THE_END: &str =
         r#"{"version": 1, "op": {"kind": "slice", "start": 99, "length": 1}}"#;
 
-    fn store_with_handle() -> (HandleStore, String, Frozen) {
-        let store = HandleStore::new(HandleSettings::default());
+    fn store_with_handle() -> (MemoryStore, String, Frozen) {
+        let store = MemoryStore::new(HandleSettings::default());
         let clock = Frozen(Instant::now());
         let handle = store
             .register("acme", HandleMaterial::Text(TEXT.into()), clock.0)
@@ -309,7 +351,7 @@ mod tests {
     }
 
     fn run(
-        store: &HandleStore,
+        store: &MemoryStore,
         tenant: &str,
         id: &str,
         body: &str,
@@ -322,7 +364,7 @@ mod tests {
     }
 
     /// An attempt by acme, which holds `id`.
-    fn run_held(store: &HandleStore, id: &str, body: &str, clock: &Frozen) -> Finished<Answer> {
+    fn run_held(store: &MemoryStore, id: &str, body: &str, clock: &Frozen) -> Finished<Answer> {
         run(store, "acme", id, body, clock).expect("acme holds the handle")
     }
 

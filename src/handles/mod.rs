@@ -17,7 +17,9 @@
 //!   clock ([`ops`]), so tests are deterministic; the store ([`store`]) only hands out
 //!   material and sequence numbers.
 //!
-//! Layout: [`store`] (the in-memory store: TTL, byte cap, LRU, tombstones), [`request`]
+//! Layout: [`backend`] (the [`HandleStore`] the rest of ctxd uses: memory or Redis),
+//! [`store`] (the in-memory store: TTL, byte cap, LRU, tombstones), [`redis_store`] (the
+//! same rules in a Redis shared by replicas, as Lua scripts), [`request`]
 //! (the operation request JSON and its limits), [`ops`] (the operations), [`bounds`]
 //! (the clock, the meter and the result budget they run under), [`output`] (what they
 //! answer), [`record`] (the per-operation trace record), [`attempt`] (one operation or
@@ -31,17 +33,20 @@
 //! reading something else.
 
 pub(crate) mod attempt;
+pub(crate) mod backend;
 pub(crate) mod bounds;
 pub(crate) mod ops;
 #[cfg(test)]
 mod ops_tests;
 pub(crate) mod output;
+pub(crate) mod redis_store;
 pub(crate) mod request;
 pub(crate) mod store;
 
+pub(crate) use backend::{HandleBackend, HandleStore, StoreUnavailable};
 pub(crate) use bounds::SystemClock;
 pub(crate) use output::OpOutput;
-pub(crate) use store::{HandleStore, StaleReason};
+pub(crate) use store::StaleReason;
 
 use crate::contract::Item;
 use serde::Serialize;
@@ -59,10 +64,6 @@ pub(crate) const HANDLE_ID_PREFIX: &str = "h_";
 pub(crate) enum HandleMaterial {
     /// Seed 004's text source: the store and every operation take it (the capabilities
     /// declare it), though turns register items only.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "turns register items; text is a declared source")
-    )]
     Text(String),
     Items(Vec<Item>),
 }

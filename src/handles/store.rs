@@ -1,6 +1,7 @@
-//! The in-memory handle store, shared by every worker.
+//! The in-memory handle store (`[handles] store = "memory"`, the default), shared by every
+//! worker of one process.
 //!
-//! - **Owner.** One [`HandleStore`] per process, in the `Registry`; its state sits behind
+//! - **Owner.** One [`MemoryStore`] per process, in the `Registry`; its state sits behind
 //!   one `Mutex` held only for map updates (never while an operation runs: operations
 //!   get an `Arc` of the material and run unlocked).
 //! - **Bounds.** Each tenant has its own share, `max_tenant_bytes`: registering evicts
@@ -113,16 +114,16 @@ struct Inner {
 }
 
 /// The store. `Send + Sync`; shared by every worker through the `Registry`.
-pub(crate) struct HandleStore {
+pub(crate) struct MemoryStore {
     settings: HandleSettings,
     /// All state: held only for map updates, never while an operation runs.
     inner: Mutex<Inner>,
 }
 
-impl std::fmt::Debug for HandleStore {
+impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let inner = self.lock();
-        f.debug_struct("HandleStore")
+        f.debug_struct("MemoryStore")
             .field("live", &inner.live.len())
             .field("total_bytes", &inner.total_bytes)
             .field("tombstones", &inner.tombstones.len())
@@ -155,10 +156,10 @@ impl Inner {
     }
 }
 
-impl HandleStore {
-    pub(crate) fn new(settings: HandleSettings) -> HandleStore {
+impl MemoryStore {
+    pub(crate) fn new(settings: HandleSettings) -> MemoryStore {
         super::HandleOperationFinished::zero_for_every_operation();
-        HandleStore {
+        MemoryStore {
             settings,
             inner: Mutex::new(Inner::default()),
         }
@@ -176,11 +177,6 @@ impl HandleStore {
         // A panic while holding the lock leaves maps that are still consistent enough
         // to serve (every update is a few inserts/removes); keep serving.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The most material one tenant holds (`max_tenant_bytes`).
-    pub(crate) fn tenant_cap(&self) -> usize {
-        self.settings.max_tenant_bytes
     }
 
     /// Registers material for a tenant under a new id, returning its handle (version 1).
@@ -503,7 +499,7 @@ mod tests {
 
     #[test]
     fn ids_are_random_and_well_formed() {
-        let store = HandleStore::new(settings(1000, 10));
+        let store = MemoryStore::new(settings(1000, 10));
         let now = Instant::now();
         let a = store.register("acme", text(1), now).unwrap();
         let b = store.register("acme", text(1), now).unwrap();
@@ -515,7 +511,7 @@ mod tests {
 
     #[test]
     fn operations_get_the_material_and_a_monotonic_sequence() {
-        let store = HandleStore::new(settings(1000, 10));
+        let store = MemoryStore::new(settings(1000, 10));
         let now = Instant::now();
         let handle = store
             .register("acme", HandleMaterial::Text("hello".into()), now)
@@ -536,7 +532,7 @@ mod tests {
 
     #[test]
     fn another_tenant_sees_nothing() {
-        let store = HandleStore::new(settings(1000, 10));
+        let store = MemoryStore::new(settings(1000, 10));
         let now = Instant::now();
         let handle = store.register("acme", text(3), now).unwrap();
         assert!(unknown(&store.begin("globex", &handle.id, Some(1), now)));
@@ -551,7 +547,7 @@ mod tests {
 
     #[test]
     fn delete_leaves_a_tombstone_and_deleting_twice_is_stale() {
-        let store = HandleStore::new(settings(1000, 10));
+        let store = MemoryStore::new(settings(1000, 10));
         let now = Instant::now();
         let handle = store.register("acme", text(10), now).unwrap();
         assert_eq!(
@@ -578,7 +574,7 @@ mod tests {
 
     #[test]
     fn handles_expire_after_the_ttl_with_an_injected_clock() {
-        let store = HandleStore::new(settings(1000, 10));
+        let store = MemoryStore::new(settings(1000, 10));
         let t0 = Instant::now();
         let first = store.register("acme", text(10), t0).unwrap();
         let second = store
@@ -615,7 +611,7 @@ mod tests {
 
     #[test]
     fn a_tenant_evicts_only_its_own_least_recently_used_handles() {
-        let store = HandleStore::new(shared(200, 100));
+        let store = MemoryStore::new(shared(200, 100));
         let now = Instant::now();
         let a = store.register("acme", text(40), now).unwrap();
         let b = store.register("globex", text(40), now).unwrap();
@@ -659,7 +655,7 @@ mod tests {
     #[test]
     fn no_tenant_evicts_another_even_when_shares_overcommit_the_store() {
         // Two tenants whose shares (100 each) add up to more than the store (150).
-        let store = HandleStore::new(shared(150, 100));
+        let store = MemoryStore::new(shared(150, 100));
         let now = Instant::now();
         let theirs = store.register("globex", text(90), now).unwrap();
         // The store holds 60 more at most: acme's 70 is refused, evicting nothing.
@@ -684,7 +680,7 @@ mod tests {
 
     #[test]
     fn tombstones_are_bounded_and_forgotten_ids_become_unknown() {
-        let store = HandleStore::new(settings(1000, 2));
+        let store = MemoryStore::new(settings(1000, 2));
         let now = Instant::now();
         let ids: Vec<String> = (0..3)
             .map(|_| store.register("acme", text(1), now).unwrap().id)
@@ -704,8 +700,8 @@ mod tests {
     #[test]
     fn the_store_is_shared_across_threads() {
         fn assert_send_sync<T: Send + Sync>() {}
-        assert_send_sync::<HandleStore>();
-        let store = Arc::new(HandleStore::new(settings(1_000_000, 10)));
+        assert_send_sync::<MemoryStore>();
+        let store = Arc::new(MemoryStore::new(settings(1_000_000, 10)));
         let now = Instant::now();
         let handle = store.register("acme", text(10), now).unwrap();
         let threads: Vec<_> = (0..4)

@@ -10,6 +10,7 @@ mod cli_provider_check;
 mod cli_test;
 mod cli_validate;
 mod handles;
+mod handles_redis;
 mod http_provider;
 mod mcp_provider;
 mod mcp_server;
