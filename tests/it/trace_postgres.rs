@@ -83,12 +83,17 @@ fn binding(crm: &RunningProvider) -> String {
 
 /// A deployment whose trace store is the PostgreSQL schema named by `store_env`.
 fn postgres_deployment(crm: &RunningProvider, trace_extra: &str) -> Deployment {
-    let deployment = Deployment::with_trace(
+    on_postgres(Deployment::with_trace(
         &[TenantSpec::new("acme", KEY, project(), binding(crm))],
         trace_extra,
-    );
-    let text = std::fs::read_to_string(&deployment.config).unwrap();
-    let text = text
+    ))
+}
+
+/// The deployment with its `[trace] store` replaced by `store_env`, and the digest key
+/// from its env var only (replicas share it).
+fn on_postgres(deployment: Deployment) -> Deployment {
+    let text = std::fs::read_to_string(&deployment.config)
+        .unwrap()
         .replace(
             "store = \"sqlite:data/traces.db\"",
             &format!("store_env = \"{DSN_ENV}\""),
@@ -126,9 +131,13 @@ fn request() -> Value {
 
 /// `GET /v1/traces/{id}` once: whether the replica finds the turn in the store.
 async fn stored(replica: &Ctxd, turn_id: &str) -> bool {
+    stored_for(replica, KEY, turn_id).await
+}
+
+async fn stored_for(replica: &Ctxd, key: &str, turn_id: &str) -> bool {
     let response = client()
         .get(replica.url(&format!("/v1/traces/{turn_id}")))
-        .bearer_auth(KEY)
+        .bearer_auth(key)
         .send()
         .await
         .unwrap();
@@ -468,6 +477,70 @@ async fn a_turn_written_by_one_replica_is_shown_and_replayed_by_another() {
     assert!(shown.contains("schema version"), "{shown}");
     assert!(!shown.contains("csearch_path"), "{shown}");
     drop((writer, reader));
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_past_their_keep_are_pruned_from_the_shared_store() {
+    const ARCHIVE_KEY: &str = "archive-replica-key";
+    let schema = Schema::create().await;
+    let crm = crm().await;
+    let mut archive = TenantSpec::new("archive", ARCHIVE_KEY, project(), binding(&crm));
+    archive.trace_keep = Some("forever");
+    let deployment = on_postgres(Deployment::with_trace(
+        &[
+            TenantSpec::new("acme", KEY, project(), binding(&crm)),
+            archive,
+        ],
+        "keep = \"2s\"\nbatch_ms = 5",
+    ));
+    let replicas = [start(&deployment, &schema), start(&deployment, &schema)];
+    let mut old = Vec::new();
+    let mut kept = Vec::new();
+    for (i, replica) in replicas.iter().cycle().take(6).enumerate() {
+        let (status, body) = turn(replica, KEY, request()).await;
+        assert_eq!(status, 200, "{body:#}");
+        old.push(body["turnId"].as_str().unwrap().to_owned());
+        if i % 2 == 0 {
+            let (status, body) = turn(replica, ARCHIVE_KEY, request()).await;
+            assert_eq!(status, 200, "{body:#}");
+            kept.push(body["turnId"].as_str().unwrap().to_owned());
+        }
+    }
+    // Both replicas prune acme's turns once they pass their keep; archive keeps its own.
+    let admin = admin().await;
+    let count = |table: &str| {
+        format!(
+            "SELECT COUNT(*) FROM {}.{table} WHERE tenant = 'acme'",
+            schema.name
+        )
+    };
+    let mut left = i64::MAX;
+    for _ in 0..600 {
+        left = 0;
+        for table in ["turns", "provider_records", "layer_decisions"] {
+            left += admin
+                .query_one(&count(table), &[])
+                .await
+                .unwrap()
+                .get::<_, i64>(0);
+        }
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(left, 0, "acme's rows past their keep are deleted");
+    for id in &old {
+        assert!(!stored_for(&replicas[1], KEY, id).await, "{id} was pruned");
+    }
+    for id in &kept {
+        assert!(
+            stored_for(&replicas[0], ARCHIVE_KEY, id).await,
+            "archive keeps {id}"
+        );
+    }
+    drop(replicas);
     schema.drop().await;
 }
 
