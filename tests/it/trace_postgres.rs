@@ -46,8 +46,13 @@ impl Schema {
         Schema { name }
     }
 
+    /// The replicas' connection string: this schema, and an application name of its own
+    /// so the test can find the replicas' connections on the server.
     fn dsn(&self) -> String {
-        format!("{ADMIN_DSN} options=-csearch_path={}", self.name)
+        format!(
+            "{ADMIN_DSN} options=-csearch_path={0} application_name={0}",
+            self.name
+        )
     }
 
     async fn drop(self) {
@@ -407,6 +412,37 @@ async fn a_turn_written_by_one_replica_is_shown_and_replayed_by_another() {
     let turn_id = answered["turnId"].as_str().unwrap().to_owned();
 
     let shown = trace_of(&reader, KEY, &turn_id).await;
+    for query in [
+        "provider=crm&providerStatus=OK",
+        "provider=crm",
+        "layer=profile&status=INCLUDED",
+        "status=INCLUDED&since=0",
+        "providerStatus=OK&layer=profile",
+    ] {
+        let page: Value = client()
+            .get(reader.url(&format!("/v1/traces?{query}")))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            page["traces"][0]["turn"]["turnId"], turn_id,
+            "{query}: {page:#}"
+        );
+    }
+    let none: Value = client()
+        .get(reader.url("/v1/traces?provider=crm&providerStatus=TIMEOUT"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(none["traces"].as_array().unwrap().len(), 0, "{none:#}");
     assert_eq!(shown["turn"]["turnId"], turn_id);
     assert_eq!(shown["providers"].as_array().unwrap().len(), 1, "{shown:#}");
 
@@ -477,6 +513,52 @@ async fn a_turn_written_by_one_replica_is_shown_and_replayed_by_another() {
     assert!(shown.contains("schema version"), "{shown}");
     assert!(!shown.contains("csearch_path"), "{shown}");
     drop((writer, reader));
+    schema.drop().await;
+}
+
+/// The server closes every connection of the replica (a restart, a failover): the
+/// writer and the readers connect again, and no answered turn is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_connects_again_when_the_server_drops_its_connections() {
+    let schema = Schema::create().await;
+    let crm = crm().await;
+    let deployment = postgres_deployment(&crm, "batch_ms = 5");
+    let mut replica = start(&deployment, &schema);
+    let (status, before) = turn(&replica, KEY, request()).await;
+    assert_eq!(status, 200, "{before:#}");
+    let before = before["turnId"].as_str().unwrap().to_owned();
+    trace_of(&replica, KEY, &before).await;
+
+    let terminated: i64 = admin()
+        .await
+        .query_one(
+            "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+            &[&schema.name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        terminated >= 2,
+        "the writer's and a reader's connections: {terminated}"
+    );
+
+    let mut after = Vec::new();
+    for _ in 0..5 {
+        let (status, body) = turn(&replica, KEY, request()).await;
+        assert_eq!(status, 200, "{body:#}");
+        after.push(body["turnId"].as_str().unwrap().to_owned());
+    }
+    for id in after.iter().chain([&before]) {
+        trace_of(&replica, KEY, id).await;
+    }
+    replica.terminate();
+    assert!(
+        replica.wait(Duration::from_secs(20)).success(),
+        "{}",
+        replica.logs()
+    );
+    assert!(replica.logs().contains("trace store connection reopened"));
     schema.drop().await;
 }
 

@@ -73,6 +73,9 @@ const STORE_BYTES: &str = "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0
 /// A replica's write connection. Owned by its trace writer thread.
 pub struct PgTraceStore {
     conn: PgConnection,
+    /// Where to connect again when the server closes the connection (a restart, a
+    /// failover): the writer's retries then go to a new connection.
+    target: PgTarget,
     known_builds: HashSet<String>,
     known_dictionaries: HashSet<i64>,
 }
@@ -109,6 +112,7 @@ impl PgTraceStore {
         }
         Ok(PgTraceStore {
             conn,
+            target: target.clone(),
             known_builds: HashSet::new(),
             known_dictionaries: HashSet::new(),
         })
@@ -163,6 +167,7 @@ impl PgTraceStore {
             .iter()
             .map(|rows| (rows.turn.turn_id.as_str(), *rows))
             .collect();
+        self.reconnect_if_closed()?;
         let written = self.conn.run_mut("write a batch", |client| async move {
             let tx = client.transaction().await?;
             let mut written = Written::default();
@@ -297,6 +302,7 @@ impl PgTraceStore {
 
     /// Deletes retained content whose `expires_at_ms <= now_ms`; returns how many rows.
     pub(crate) fn purge_expired(&mut self, now_ms: i64) -> Result<usize, StoreError> {
+        self.reconnect_if_closed()?;
         self.conn
             .run("purge expired retained content", |client| async move {
                 client.execute(PURGE_EXPIRED, &[&now_ms]).await
@@ -315,6 +321,7 @@ impl PgTraceStore {
         batch: usize,
     ) -> Result<Pruned, StoreError> {
         let limit = batch as i64;
+        self.reconnect_if_closed()?;
         self.conn.run_mut("prune the store", |client| async move {
             let tx = client.transaction().await?;
             let oldest = tx.query(OLDEST_TURNS, &[&tenant, &limit]).await?;
@@ -339,6 +346,16 @@ impl PgTraceStore {
             tx.commit().await?;
             Ok(pruned)
         })
+    }
+
+    /// A new connection in place of one the server closed. The schema is not migrated
+    /// again: it was at this code's version when the store opened.
+    fn reconnect_if_closed(&mut self) -> Result<(), StoreError> {
+        if self.conn.is_closed() {
+            self.conn = PgConnection::connect(&self.target)?;
+            tracing::info!(store = %self.conn.label().display(), "trace store connection reopened");
+        }
+        Ok(())
     }
 
     /// Every tenant with records in the store.
