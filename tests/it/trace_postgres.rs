@@ -5,7 +5,7 @@
 //! inline connection string is refused. Each test writes a schema of its own.
 
 use crate::provider_server::{ProviderServer, RunningProvider};
-use crate::server::{Ctxd, Deployment, TenantSpec, client, trace_of, turn};
+use crate::server::{Ctxd, Deployment, TenantSpec, client, metrics_of, trace_of, turn};
 use crate::support::{ctxd as ctxd_cli, stderr_of, stdout_of};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -305,6 +305,19 @@ async fn replicas_keep_every_answered_turn_and_a_killed_one_loses_only_its_last_
     assert!(
         killed_turns > lost,
         "the killed replica had committed batches"
+    );
+    let exported = metrics_of(&survivor).await;
+    let metric = |name: &str| -> f64 {
+        exported
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let batches = metric("ctxd_trace_write_duration_seconds_count");
+    println!(
+        "survivor: {batches} batches, {:.1} records a batch, {:.2} ms a commit on average",
+        metric("ctxd_trace_records_total") / batches.max(1.0),
+        1000.0 * metric("ctxd_trace_write_duration_seconds_sum") / batches.max(1.0)
     );
 
     // Search from the survivor pages through every stored turn, newest first, once each.
