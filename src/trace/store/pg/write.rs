@@ -416,3 +416,127 @@ fn remember<T: std::hash::Hash + Eq>(known: &mut HashSet<T>, new: impl Iterator<
     }
     known.extend(new);
 }
+
+#[cfg(test)]
+mod tests {
+    //! Against the machine's PostgreSQL (127.0.0.1:5432, as the integration tests), each
+    //! test in a schema of its own.
+    use super::*;
+    use crate::contract::{LayerStatus, ProviderStatus};
+    use crate::digest::canonical_digest;
+    use crate::trace::query::SearchQuery;
+    use crate::trace::store::TraceReader;
+    use crate::trace::store::rows::RowEncoder;
+    use crate::trace::store::testing::{ProviderSpec, item, key, turn};
+
+    const ADMIN_DSN: &str = "host=127.0.0.1 port=5432 user=postgres dbname=test";
+
+    /// A schema of this test's own, dropped when the value drops.
+    struct Schema {
+        name: String,
+        admin: PgConnection,
+    }
+
+    impl Schema {
+        fn create() -> (Schema, PgTarget) {
+            let mut bytes = [0u8; 8];
+            getrandom::fill(&mut bytes).unwrap();
+            let name = format!("ctxd_unit_{}", hex::encode(bytes));
+            let admin = PgConnection::connect(&PgTarget::parse("ADMIN", ADMIN_DSN).unwrap())
+                .expect("PostgreSQL runs on 127.0.0.1:5432");
+            admin
+                .batch("create a schema", &format!("CREATE SCHEMA {name}"))
+                .unwrap();
+            let target = PgTarget::parse(
+                "TRACE_DSN",
+                &format!("{ADMIN_DSN} options=-csearch_path={name}"),
+            )
+            .unwrap();
+            (Schema { name, admin }, target)
+        }
+    }
+
+    impl Drop for Schema {
+        fn drop(&mut self) {
+            let _ = self.admin.batch(
+                "drop a schema",
+                &format!("DROP SCHEMA {} CASCADE", self.name),
+            );
+        }
+    }
+
+    #[test]
+    fn a_retried_batch_writes_nothing_twice_and_reads_back_as_written() {
+        let (_schema, target) = Schema::create();
+        let mut store = PgTraceStore::open(&target).unwrap();
+        let shared = item("REC-1", "Shared", "Kept by both turns");
+        let traces: Vec<_> = (0..3)
+            .map(|i| {
+                turn(
+                    &key(),
+                    &format!("turn-{i}"),
+                    "acme",
+                    1_000 + i,
+                    &[
+                        ProviderSpec::new("crm", ProviderStatus::Ok)
+                            .retention("content")
+                            .items(vec![shared.clone()]),
+                        ProviderSpec::new("slow", ProviderStatus::Timeout),
+                    ],
+                    &[("profile", LayerStatus::Included)],
+                )
+            })
+            .collect();
+        let encoder = RowEncoder::new(&key());
+        let batch: Vec<Queued> = traces
+            .iter()
+            .map(|trace| Queued::Turn(Box::new(encoder.encode(trace))))
+            .collect();
+        let first = store.write_queued(&batch).unwrap();
+        assert_eq!(first.turns, 3);
+        assert_eq!(first.provider_records, 6);
+        let retried = store.write_queued(&batch).unwrap();
+        assert_eq!(retried, Written::default(), "a retried batch adds nothing");
+
+        let reader = TraceReader::open_postgres(&target, Some(&key())).unwrap();
+        let counts = reader.counts().unwrap();
+        assert_eq!(
+            (counts.turns, counts.provider_records, counts.retained_items),
+            (3, 6, 1)
+        );
+        let stored = reader.turn(Some("acme"), "turn-1").unwrap().unwrap();
+        assert_eq!(stored.turn, traces[1].turn);
+        assert_eq!(stored.providers, traces[1].providers, "in their order");
+        assert!(reader.turn(Some("globex"), "turn-1").unwrap().is_none());
+        let fingerprint = canonical_digest(&shared);
+        let retained = reader.retained("acme", &[&fingerprint]).unwrap();
+        assert_eq!(
+            retained.get(&fingerprint),
+            Some(&shared),
+            "sealed, then opened"
+        );
+
+        let query = |cursor: Option<String>| SearchQuery {
+            tenant: Some("acme".to_owned()),
+            provider: Some("slow".to_owned()),
+            provider_status: Some(ProviderStatus::Timeout),
+            limit: 2,
+            cursor,
+            ..SearchQuery::default()
+        };
+        let page = reader.search(&query(None)).unwrap();
+        let ids: Vec<_> = page.traces.iter().map(|t| t.turn.turn_id.clone()).collect();
+        assert_eq!(ids, ["turn-2", "turn-1"], "newest first");
+        let next = reader.search(&query(page.next_cursor)).unwrap();
+        assert_eq!(next.traces.len(), 1);
+        assert_eq!(next.traces[0].turn.turn_id, "turn-0");
+        assert!(next.next_cursor.is_none());
+
+        let pruned = store.prune_batch("acme", 1_002, 500).unwrap();
+        assert_eq!((pruned.turns, pruned.provider_records), (2, 4));
+        assert_eq!(reader.counts().unwrap().turns, 1);
+        assert_eq!(store.tenants().unwrap(), ["acme"]);
+        assert!(store.usage().unwrap().used_bytes > 0);
+        assert_eq!(store.usage().unwrap().disk_available, None);
+    }
+}
