@@ -53,6 +53,8 @@ pub(crate) enum ProblemKind {
     ApiKey,
     /// The digest key's env var is unset and no key may be generated.
     DigestKey,
+    /// `[trace] store_env` is unset, empty, or holds a connection string that is refused.
+    TraceStore,
     /// The Project file at `project` (index in the tenant's `projects`) cannot be read or
     /// is invalid.
     Project { project: usize },
@@ -89,6 +91,7 @@ impl ProblemKind {
         match self {
             ProblemKind::ApiKey
             | ProblemKind::DigestKey
+            | ProblemKind::TraceStore
             | ProblemKind::Project { .. }
             | ProblemKind::Binding { .. }
             | ProblemKind::ProjectServedTwice { .. }
@@ -103,7 +106,10 @@ impl ProblemKind {
 
     /// Whether the environment lacks what the server config itself needs.
     pub(crate) fn is_environment(&self) -> bool {
-        matches!(self, ProblemKind::ApiKey | ProblemKind::DigestKey)
+        matches!(
+            self,
+            ProblemKind::ApiKey | ProblemKind::DigestKey | ProblemKind::TraceStore
+        )
     }
 
     /// Whether it concerns bindings, which `serve --fixtures` does not use.
@@ -273,6 +279,7 @@ fn check_environment(config: &ServerConfig, env: &EnvVars, problems: &mut Proble
             EnvironmentNeed::ApiKey { tenant } => (Some(tenant), ProblemKind::ApiKey),
             EnvironmentNeed::DigestKey => (None, ProblemKind::DigestKey),
             EnvironmentNeed::Admin => (None, ProblemKind::ApiKey),
+            EnvironmentNeed::TraceStore => (None, ProblemKind::TraceStore),
         };
         problems.in_config(found.problem, tenant, kind);
     }

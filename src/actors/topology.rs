@@ -154,7 +154,10 @@ impl Topology {
         let handles = crate::handles::HandleStore::open(&config.handle_store, config.handles, env)
             .await
             .map_err(|e| anyhow!("the handle store cannot be used: {e}"))?;
-        let store_path = config.trace.store_path().to_owned();
+        let store = config
+            .trace
+            .store_target(env)
+            .map_err(|problem| anyhow!("{problem}"))?;
         let digest_key = config.trace.digest_key_source().resolve(env)?;
         let settings = WriterSettings {
             queue_capacity: config.trace.queue_capacity,
@@ -168,7 +171,7 @@ impl Topology {
             ..WriterSettings::default()
         };
         let (traces, writer) =
-            writer::spawn(&store_path, &digest_key, settings).map_err(|e| anyhow!("{e}"))?;
+            writer::spawn_on(&store, &digest_key, settings).map_err(|e| anyhow!("{e}"))?;
         refuse_or_warn(config, &deployment, mode)?;
 
         let arbiters: Vec<Arbiter> = (0..PROVIDER_ARBITERS).map(|_| Arbiter::new()).collect();
@@ -191,8 +194,8 @@ impl Topology {
             registry: Arc::new(Registry {
                 served: RwLock::new(Arc::new(built.set)),
                 // Before `digest_key` moves into the registry.
-                trace_readers: ReaderPool::new(
-                    &store_path,
+                trace_readers: ReaderPool::on(
+                    &store,
                     Some(&digest_key),
                     ReaderPoolSettings::default(),
                 ),

@@ -215,7 +215,7 @@ pub(crate) async fn diagnose(config: &Path, env: &EnvVars) -> Report {
     let deployment = Deployment::resolve(&server, env);
     // The digest key's problem is told by its own, more thorough check.
     digest_key(&mut report, &server, env);
-    trace_store(&mut report, &server);
+    trace_store(&mut report, &server, env);
     // The admin key (`server.admin_key_env`) is the one key problem of no tenant.
     for problem in deployment
         .problems
@@ -356,10 +356,12 @@ fn digest_key(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
 
 /// The trace store's folder accepts new files (the store, its WAL and journal). The
 /// store is not opened: opening would create or migrate it.
-fn trace_store(report: &mut Report, server: &ServerConfig) {
+fn trace_store(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
     const SUBJECT: &str = "trace store";
-    let store = server.trace.store_path();
-    let folder = server.trace.store_folder();
+    let (Some(store), Some(folder)) = (server.trace.store_path(), server.trace.store_folder())
+    else {
+        return postgres_trace_store(report, server, env);
+    };
     match probe_writable(&folder) {
         Err(problem) => report.fail(
             SUBJECT,
@@ -414,6 +416,54 @@ async fn handle_store(report: &mut Report, server: &ServerConfig, env: &EnvVars)
             ),
         ),
         Err(problem) => report.fail(SUBJECT, format!("{problem}: serve refuses to start")),
+    }
+}
+
+/// A PostgreSQL store (`store_env`): reachable, and the schema version it is at. The
+/// store is not migrated here: `serve` does that under its lock.
+fn postgres_trace_store(report: &mut Report, server: &ServerConfig, env: &EnvVars) {
+    const SUBJECT: &str = "trace store";
+    let target = match server.trace.store_target(env) {
+        Ok(crate::trace::store::StoreTarget::Postgres(target)) => target,
+        Ok(crate::trace::store::StoreTarget::Sqlite(_)) => return,
+        Err(problem) => return report.fail(SUBJECT, problem),
+    };
+    let label = target.label();
+    let tls = if target.tls() {
+        "TLS"
+    } else {
+        "no TLS (loopback)"
+    };
+    match crate::trace::store::probe_postgres(&target) {
+        Ok((Some(found), known)) if found == known => report.ok(
+            SUBJECT,
+            format!(
+                "{} reachable ({tls}), schema version {found}",
+                label.display()
+            ),
+        ),
+        Ok((Some(found), known)) if found < known => report.warn(
+            SUBJECT,
+            format!(
+                "{} reachable ({tls}), schema version {found}: serve migrates it to {known}",
+                label.display()
+            ),
+        ),
+        Ok((Some(found), known)) => report.fail(
+            SUBJECT,
+            format!(
+                "{} has schema version {found}, newer than this ctxd knows ({known}): upgrade ctxd",
+                label.display()
+            ),
+        ),
+        Ok((None, known)) => report.ok(
+            SUBJECT,
+            format!(
+                "{} reachable ({tls}), no trace store yet: serve creates schema version {known}",
+                label.display()
+            ),
+        ),
+        Err(error) => report.fail(SUBJECT, error.to_string()),
     }
 }
 

@@ -47,9 +47,23 @@ pub(crate) use super::HumanOrJson as Format;
 pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     let inputs = super::parse_inputs(&args.inputs)?;
     let env = EnvVars::from_process();
-    let (store, key) = locate(args, &env)?;
-    let reader = TraceReader::open(&store, Some(&key))
-        .with_context(|| format!("cannot open the trace store {}", super::shown_path(&store)))?;
+    let postgres =
+        super::traces::postgres_of_config(args.store.is_some(), args.config.as_deref(), &env)?;
+    let (reader, key) = match postgres {
+        Some((target, key_source)) => {
+            let key = digest_key(&key_source, &env)?;
+            let reader = TraceReader::open_postgres(&target, Some(&key))
+                .context("cannot open the trace store")?;
+            (reader, key)
+        }
+        None => {
+            let (store, key) = locate(args, &env)?;
+            let reader = TraceReader::open(&store, Some(&key)).with_context(|| {
+                format!("cannot open the trace store {}", super::shown_path(&store))
+            })?;
+            (reader, key)
+        }
+    };
     // Replay errors name the turn, the input key or the provider themselves.
     let result = replay_from_store(&reader, args.tenant.as_deref(), &args.turn, &inputs, &key)?;
     match args.format {
@@ -77,10 +91,13 @@ fn locate(args: &ReplayArgs, env: &EnvVars) -> anyhow::Result<(PathBuf, DigestKe
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
             let config = ServerConfig::load(&path).map_err(|e| anyhow!("{e}"))?;
-            (
-                config.trace.store_path().to_owned(),
-                config.trace.digest_key_source(),
-            )
+            let Some(store) = config.trace.store_path() else {
+                bail!(
+                    "the trace store of {} is PostgreSQL: replay reads it through store_env",
+                    path.display()
+                );
+            };
+            (store.to_owned(), config.trace.digest_key_source())
         }
     };
     if !store.is_file() {

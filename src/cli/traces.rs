@@ -141,7 +141,7 @@ fn run_search(args: &SearchArgs, env: &EnvVars, out: &mut impl Write) -> anyhow:
     {
         bail!("--since {since} is not before --until {until}: the window is empty");
     }
-    let (reader, no_key) = open(&args.location, Some(env))?;
+    let (reader, no_key) = open(&args.location, env, true)?;
     if let (Some(cursor), Some(why)) = (&args.cursor, &no_key) {
         bail!("--cursor {cursor:?}: paging needs the digest key the cursor was sealed with: {why}");
     }
@@ -186,7 +186,7 @@ fn run_search(args: &SearchArgs, env: &EnvVars, out: &mut impl Write) -> anyhow:
 }
 
 fn run_show(args: &ShowArgs, env: &EnvVars, out: &mut impl Write) -> anyhow::Result<ExitCode> {
-    let (reader, _) = open(&args.location, None)?;
+    let (reader, _) = open(&args.location, env, false)?;
     let Some(stored) = reader.turn(args.tenant.as_deref(), &args.turn)? else {
         match &args.tenant {
             Some(tenant) => bail!(
@@ -213,17 +213,57 @@ fn run_show(args: &ShowArgs, env: &EnvVars, out: &mut impl Write) -> anyhow::Res
 /// it does not.
 fn open(
     location: &StoreArgs,
-    env: Option<&EnvVars>,
+    env: &EnvVars,
+    with_key: bool,
 ) -> anyhow::Result<(TraceReader, Option<String>)> {
-    let (path, key_source) = locate(location)?;
-    let key = match env.map(|env| super::replay::digest_key(&key_source, env)) {
+    let postgres = postgres_location(location, env)?;
+    let key_source = match &postgres {
+        Some((_, key_source)) => key_source.clone(),
+        None => locate(location)?.1,
+    };
+    let key = match with_key.then(|| super::replay::digest_key(&key_source, env)) {
         Some(Ok(key)) => Ok(Some(key)),
         Some(Err(why)) => Err(format!("{why:#}")),
         None => Ok(None),
     };
-    let reader = TraceReader::open(&path, key.as_ref().ok().and_then(Option::as_ref))
-        .context("cannot read traces")?;
+    let usable_key = key.as_ref().ok().and_then(Option::as_ref);
+    let reader = match &postgres {
+        Some((target, _)) => TraceReader::open_postgres(target, usable_key),
+        None => TraceReader::open(&locate(location)?.0, usable_key),
+    }
+    .context("cannot read traces")?;
     Ok((reader, key.err()))
+}
+
+/// The PostgreSQL store the config's `[trace] store_env` names, with where its digest
+/// key comes from; `None` for `--store` and for a SQLite store.
+pub(super) fn postgres_location(
+    location: &StoreArgs,
+    env: &EnvVars,
+) -> anyhow::Result<Option<(crate::trace::store::PgTarget, DigestKeySource)>> {
+    postgres_of_config(location.store.is_some(), location.config.as_deref(), env)
+}
+
+/// [`postgres_location`] for any command with `--store` and `--config`.
+pub(super) fn postgres_of_config(
+    has_store: bool,
+    config: Option<&Path>,
+    env: &EnvVars,
+) -> anyhow::Result<Option<(crate::trace::store::PgTarget, DigestKeySource)>> {
+    if has_store {
+        return Ok(None);
+    }
+    let config = config.unwrap_or(Path::new(DEFAULT_CONFIG));
+    let server = ServerConfig::load(config).map_err(|e| anyhow!("{e}"))?;
+    if !matches!(server.trace.store, StoreLocation::Postgres { .. }) {
+        return Ok(None);
+    }
+    match server.trace.store_target(env).map_err(|e| anyhow!("{e}"))? {
+        crate::trace::store::StoreTarget::Postgres(target) => {
+            Ok(Some((target, server.trace.digest_key_source())))
+        }
+        crate::trace::store::StoreTarget::Sqlite(_) => Ok(None),
+    }
 }
 
 /// The store `--store` or the config's `[trace] store` names, which must exist (a
@@ -243,6 +283,10 @@ pub(super) fn locate(location: &StoreArgs) -> anyhow::Result<(PathBuf, DigestKey
             let server = ServerConfig::load(&config).map_err(|e| anyhow!("{e}"))?;
             let path = match &server.trace.store {
                 StoreLocation::Sqlite(path) => path.clone(),
+                StoreLocation::Postgres { env } => bail!(
+                    "the trace store of {} is PostgreSQL (store_env = {env:?}): `ctxd traces prune` works on a SQLite file; the replicas' writers prune a PostgreSQL store by [trace] keep",
+                    config.display()
+                ),
             };
             (path, server.trace.digest_key_source())
         }

@@ -93,6 +93,9 @@ pub(crate) struct TraceSettings {
 pub(crate) enum TraceStore {
     /// A SQLite file (WAL), resolved against the config file's folder.
     Sqlite(PathBuf),
+    /// A PostgreSQL store shared by replicas: `env` names the env var holding its
+    /// connection string (`store_env`; never inline).
+    Postgres { env: String },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -153,6 +156,8 @@ pub(crate) enum EnvironmentNeed {
     DigestKey,
     /// The admin key (`server.admin_key_env`).
     Admin,
+    /// The connection string of a PostgreSQL trace store (`store_env`).
+    TraceStore,
 }
 
 /// One project a tenant serves, and the binding that serves its providers.
@@ -227,6 +232,22 @@ impl ServerConfig {
                 ),
             });
         }
+        if let TraceStore::Postgres { env: name } = &self.trace.store {
+            let message = match env.get(name) {
+                None | Some("") => Some(format!(
+                    "environment variable {name:?} is not set: it holds the PostgreSQL trace store's connection string"
+                )),
+                Some(dsn) => crate::trace::store::PgTarget::parse(name, dsn)
+                    .err()
+                    .map(|reason| format!("the connection string in {name:?} {reason}")),
+            };
+            if let Some(message) = message {
+                found.push(EnvironmentProblem {
+                    need: EnvironmentNeed::TraceStore,
+                    problem: Problem::new("trace.store_env", message),
+                });
+            }
+        }
         // Hash pairs were checked at load; a key read from the env is checked here.
         let mut owners: HashMap<[u8; 32], usize> = HashMap::new();
         for (i, tenant) in self.tenants.iter().enumerate() {
@@ -270,6 +291,7 @@ impl ServerConfig {
 #[serde(deny_unknown_fields)]
 struct RawTrace {
     store: Option<String>,
+    store_env: Option<String>,
     digest_key_env: Option<String>,
     generate_digest_key: Option<bool>,
     queue_capacity: Option<i64>,
@@ -408,7 +430,9 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<ServerConfig, 
 fn check_trace(problems: &mut Problems, raw: RawTrace, base_dir: &Path) -> Option<TraceSettings> {
     let store_text = raw.store.as_deref().unwrap_or(DEFAULT_TRACE_STORE);
     // The store is never echoed: a PostgreSQL DSN may carry a password.
-    let store = if let Some(path) = store_text.strip_prefix("sqlite:") {
+    let store = if let Some(name) = &raw.store_env {
+        check_postgres_store(problems, &raw, name)
+    } else if let Some(path) = store_text.strip_prefix("sqlite:") {
         if path.trim().is_empty() || path == ":memory:" || path.starts_with("//") {
             problems.add(
                 "trace.store",
@@ -418,10 +442,10 @@ fn check_trace(problems: &mut Problems, raw: RawTrace, base_dir: &Path) -> Optio
         } else {
             Some(TraceStore::Sqlite(base_dir.join(path)))
         }
-    } else if store_text.starts_with("postgres://") || store_text.starts_with("postgresql://") {
+    } else if is_postgres_dsn(store_text) {
         problems.add(
             "trace.store",
-            "a PostgreSQL trace store is not available in this version (supported: sqlite:PATH)",
+            "an inline PostgreSQL connection string is refused (it would keep a password in the config): put it in an environment variable and name that variable in trace.store_env",
         );
         None
     } else {
@@ -474,7 +498,10 @@ fn check_trace(problems: &mut Problems, raw: RawTrace, base_dir: &Path) -> Optio
             Some(bytes) => Some(bytes? as u64),
             None => None,
         },
-        min_free_bytes: min_free_bytes? as u64,
+        min_free_bytes: match store {
+            Some(TraceStore::Postgres { .. }) => 0,
+            _ => min_free_bytes? as u64,
+        },
         store: store?,
         digest_key_env: name_ok.then_some(digest_key_env)?,
         generate_digest_key: raw.generate_digest_key.unwrap_or(false),
@@ -677,6 +704,46 @@ fn check_metrics(problems: &mut Problems, raw: RawMetrics) -> Option<MetricsSett
         enabled: raw.enabled.unwrap_or(true),
         tenant_label: raw.tenant_label.unwrap_or(false),
         duration_buckets_ms: buckets,
+    })
+}
+
+/// Whether a `[trace] store` value is a PostgreSQL connection string (URL or key=value).
+fn is_postgres_dsn(text: &str) -> bool {
+    text.starts_with("postgres://")
+        || text.starts_with("postgresql://")
+        || text.starts_with("postgres:")
+        || text.contains("host=")
+        || text.contains("dbname=")
+}
+
+/// `[trace] store_env`: a PostgreSQL store shared by replicas. Refused beside `store`,
+/// with a generated digest key (replicas must share one key, from `digest_key_env`) and
+/// with `min_free_bytes` (the disk it measures is the server's, not this machine's).
+fn check_postgres_store(problems: &mut Problems, raw: &RawTrace, name: &str) -> Option<TraceStore> {
+    let mut ok = problems.env_name("trace.store_env", name);
+    if raw.store.is_some() {
+        problems.add(
+            "trace.store_env",
+            "is set beside trace.store: choose one, store = \"sqlite:PATH\" for a file of this server's own or store_env for a PostgreSQL store shared by replicas",
+        );
+        ok = false;
+    }
+    if raw.generate_digest_key == Some(true) {
+        problems.add(
+            "trace.generate_digest_key",
+            "a generated key is kept beside a SQLite store; replicas sharing a PostgreSQL store (store_env) need the same key from trace.digest_key_env: remove generate_digest_key",
+        );
+        ok = false;
+    }
+    if raw.min_free_bytes.is_some() {
+        problems.add(
+            "trace.min_free_bytes",
+            "measures the disk under a SQLite store; a PostgreSQL store (store_env) lives on its server's disk, which ctxd does not measure: remove min_free_bytes (max_store_bytes bounds the store's tables)",
+        );
+        ok = false;
+    }
+    ok.then(|| TraceStore::Postgres {
+        env: name.to_owned(),
     })
 }
 
@@ -1203,7 +1270,7 @@ mod tests {
             (
                 "[trace]\nstore = \"postgres://ctxd@db.internal/traces\"",
                 "trace.store",
-                Some("not available in this version"),
+                Some("name that variable in trace.store_env"),
             ),
             (
                 "[trace]\ndigest_key_env = \"1KEY\"",

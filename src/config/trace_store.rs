@@ -1,10 +1,12 @@
 //! Where the trace store and its digest key live, resolved in one place for `serve`,
-//! `doctor` and `replay`: the store's file and folder, and the HMAC digest key — from its
-//! env var, or the generated key kept in the store's folder.
+//! `doctor` and `replay`: the store's file and folder (or the PostgreSQL store named by
+//! `store_env`), and the HMAC digest key — from its env var, or the generated key kept
+//! in a SQLite store's folder.
 
 use super::{EnvVars, TraceSettings, TraceStore};
 use crate::trace::DigestKey;
 use crate::trace::digest::{DigestKeyError, GENERATED_KEY_FILE, MIN_KEY_BYTES};
+use crate::trace::store::{PgTarget, StoreTarget};
 use crate::trace::upkeep::RecordKeeping;
 use crate::validation::Problem;
 use std::path::{Path, PathBuf};
@@ -25,25 +27,51 @@ impl super::ServerConfig {
 }
 
 impl TraceSettings {
-    /// The trace store's file.
-    pub(crate) fn store_path(&self) -> &Path {
+    /// The trace store's file; `None` for a PostgreSQL store.
+    pub(crate) fn store_path(&self) -> Option<&Path> {
         match &self.store {
-            TraceStore::Sqlite(path) => path,
+            TraceStore::Sqlite(path) => Some(path),
+            TraceStore::Postgres { .. } => None,
         }
     }
 
-    /// The trace store's folder (the store, its WAL and journal, a generated key).
-    pub(crate) fn store_folder(&self) -> PathBuf {
-        folder_of(self.store_path())
+    /// The trace store's folder (the store, its WAL and journal, a generated key);
+    /// `None` for a PostgreSQL store.
+    pub(crate) fn store_folder(&self) -> Option<PathBuf> {
+        self.store_path().map(folder_of)
     }
 
-    /// Where the digest key comes from under these settings.
+    /// Where the digest key comes from under these settings. A PostgreSQL store never
+    /// has a generated key (the config refuses it): every replica reads the env var.
     pub(crate) fn digest_key_source(&self) -> DigestKeySource {
-        DigestKeySource::beside(
-            self.store_path(),
-            &self.digest_key_env,
-            self.generate_digest_key,
-        )
+        match self.store_path() {
+            Some(path) => {
+                DigestKeySource::beside(path, &self.digest_key_env, self.generate_digest_key)
+            }
+            None => DigestKeySource {
+                env_name: self.digest_key_env.clone(),
+                generate: false,
+                folder: PathBuf::from("."),
+            },
+        }
+    }
+
+    /// Where the store is, with a PostgreSQL connection string read from `env`. The
+    /// error names the env var and the problem, never the string.
+    pub(crate) fn store_target(&self, env: &EnvVars) -> Result<StoreTarget, String> {
+        match &self.store {
+            TraceStore::Sqlite(path) => Ok(StoreTarget::Sqlite(path.clone())),
+            TraceStore::Postgres { env: name } => match env.get(name) {
+                None | Some("") => Err(format!(
+                    "trace.store_env: environment variable {name:?} is not set: it holds the PostgreSQL trace store's connection string"
+                )),
+                Some(dsn) => PgTarget::parse(name, dsn)
+                    .map(StoreTarget::Postgres)
+                    .map_err(|reason| {
+                        format!("trace.store_env: the connection string in {name:?} {reason}")
+                    }),
+            },
+        }
     }
 }
 
@@ -133,6 +161,7 @@ fn folder_of(file: &Path) -> PathBuf {
 mod tests {
     use super::*;
     use crate::config::ServerConfig;
+    use crate::config::TraceStore;
     use std::time::Duration;
 
     #[test]
@@ -148,9 +177,12 @@ mod tests {
         .unwrap();
         assert_eq!(
             config.trace.store_path(),
-            Path::new("/srv/ctxd/data/traces.db")
+            Some(Path::new("/srv/ctxd/data/traces.db"))
         );
-        assert_eq!(config.trace.store_folder(), Path::new("/srv/ctxd/data"));
+        assert_eq!(
+            config.trace.store_folder().as_deref(),
+            Some(Path::new("/srv/ctxd/data"))
+        );
         let source = config.trace.digest_key_source();
         assert_eq!(
             source,
@@ -166,6 +198,75 @@ mod tests {
         );
         let bare = DigestKeySource::beside(Path::new("traces.db"), "K", false);
         assert_eq!(bare.folder, Path::new("."));
+    }
+
+    #[test]
+    fn a_postgres_store_comes_from_its_env_var_under_the_tls_rule() {
+        let config = parse_with("store_env = \"TRACE_DSN\"\ndigest_key_env = \"K\"", "").unwrap();
+        assert_eq!(
+            config.trace.store,
+            TraceStore::Postgres {
+                env: "TRACE_DSN".to_owned()
+            }
+        );
+        assert_eq!(config.trace.store_path(), None);
+        assert_eq!(config.trace.min_free_bytes, 0, "no local disk to keep free");
+        assert!(!config.trace.digest_key_source().generate);
+
+        let target = |dsn: Option<&str>| {
+            let env: EnvVars = dsn.map(|dsn| ("TRACE_DSN", dsn)).into_iter().collect();
+            config.trace.store_target(&env)
+        };
+        let unset = target(None).unwrap_err();
+        assert!(unset.starts_with("trace.store_env:"), "{unset}");
+        assert!(unset.contains("\"TRACE_DSN\" is not set"), "{unset}");
+        match target(Some("host=127.0.0.1 dbname=test user=postgres")).unwrap() {
+            StoreTarget::Postgres(found) => {
+                assert!(!found.tls(), "loopback goes without TLS");
+                assert_eq!(found.label(), Path::new("postgres:$TRACE_DSN"));
+            }
+            StoreTarget::Sqlite(_) => panic!("a PostgreSQL target"),
+        }
+        match target(Some("host=db.internal dbname=traces password=pw-s3cr3t")).unwrap() {
+            StoreTarget::Postgres(found) => {
+                assert!(found.tls(), "TLS off loopback");
+                assert!(!format!("{found:?}").contains("pw-s3cr3t"));
+            }
+            StoreTarget::Sqlite(_) => panic!("a PostgreSQL target"),
+        }
+        let refused = target(Some(
+            "host=db.internal dbname=x password=pw-s3cr3t sslmode=disable",
+        ))
+        .unwrap_err();
+        assert!(refused.contains("sslmode=disable"), "{refused}");
+        assert!(!refused.contains("pw-s3cr3t"), "{refused}");
+    }
+
+    #[test]
+    fn a_postgres_store_refuses_what_only_a_local_file_has() {
+        for (trace, needle) in [
+            (
+                "store = \"postgres://u:pw-s3cr3t@db/traces\"",
+                "trace.store: an inline PostgreSQL connection string is refused",
+            ),
+            (
+                "store = \"sqlite:t.db\"\nstore_env = \"TRACE_DSN\"",
+                "trace.store_env: is set beside trace.store",
+            ),
+            (
+                "store_env = \"TRACE_DSN\"\ngenerate_digest_key = true",
+                "trace.generate_digest_key:",
+            ),
+            (
+                "store_env = \"TRACE_DSN\"\nmin_free_bytes = 0",
+                "trace.min_free_bytes:",
+            ),
+            ("store_env = \"1DSN\"", "trace.store_env:"),
+        ] {
+            let errors = parse_with(trace, "").unwrap_err();
+            assert!(errors.contains(needle), "{needle} in\n{errors}");
+            assert!(!errors.contains("pw-s3cr3t"), "{errors}");
+        }
     }
 
     #[test]

@@ -24,7 +24,10 @@ pub(super) struct OwnFiles {
 
 impl OwnFiles {
     pub(super) fn of(config: &ServerConfig) -> OwnFiles {
-        let store = config.trace.store_path();
+        // A PostgreSQL store has no file here to protect.
+        let Some(store) = config.trace.store_path() else {
+            return OwnFiles { files: Vec::new() };
+        };
         let shown = store.display();
         let mut files = vec![(
             real_path(store),

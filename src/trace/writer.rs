@@ -46,6 +46,9 @@
 //!   [`WriterError::NotWritten`] with the number of traces lost, and logs it. Dropping the
 //!   handle without `shutdown` does the same drain in the background without waiting;
 //!   a killed process keeps every committed batch (WAL), and loses the queue.
+//! - **Stores.** The thread writes through a [`TraceBackend`]: a SQLite file, or one
+//!   connection to the PostgreSQL store replicas share ([`spawn_on`]). The rules above
+//!   hold for both; on PostgreSQL the room check has no local disk to measure.
 //! - **Errors.** [`WriterError`] is what the writer tells its owner (`serve`'s ordered
 //!   start and shutdown) and flushing callers: the store could not be opened, the
 //!   thread could not start, a batch keeps failing, traces were lost at shutdown. A
@@ -54,7 +57,8 @@
 use super::DigestKey;
 use super::record::TurnTrace;
 use super::store::{
-    HandleOperationRow, Pruned, Queued, RowEncoder, StoreError, TraceStore, Written, disk_available,
+    HandleOperationRow, Pruned, Queued, RowEncoder, StoreError, StoreTarget, TraceBackend, Written,
+    disk_available,
 };
 use super::upkeep::{NoRoom, RecordKeeping, StoreBounds, StoreUsage};
 use crate::trace::record::HandleOpRecord;
@@ -191,8 +195,9 @@ struct Shared {
     bounds: StoreBounds,
     /// The store's file: its filesystem is measured again by whoever checks for room
     /// once the last measure is [`DISK_RECHECK`] old, so space taken by another process
-    /// counts within that time even while no batch commits.
-    store_path: PathBuf,
+    /// counts within that time even while no batch commits. `None` for PostgreSQL: the
+    /// server's disk is not measured from here.
+    store_path: Option<PathBuf>,
     /// When the filesystem was last measured, in ms since the epoch.
     disk_checked_ms: AtomicU64,
     /// Bytes of encoded rows queued or in the batch being written (see
@@ -258,7 +263,7 @@ impl Shared {
         {
             return;
         }
-        if let Some(available) = disk_available(&self.store_path) {
+        if let Some(available) = self.store_path.as_deref().and_then(disk_available) {
             self.disk_available.store(available, Ordering::Relaxed);
         }
     }
@@ -331,7 +336,19 @@ pub fn spawn(
     key: &DigestKey,
     settings: WriterSettings,
 ) -> Result<(TraceSender, TraceWriterHandle), WriterError> {
-    let store = TraceStore::open(path, key)?;
+    spawn_on(&StoreTarget::Sqlite(path.to_path_buf()), key, settings)
+}
+
+/// [`spawn`] on either store: a SQLite file, or the PostgreSQL store replicas share.
+pub fn spawn_on(
+    target: &StoreTarget,
+    key: &DigestKey,
+    settings: WriterSettings,
+) -> Result<(TraceSender, TraceWriterHandle), WriterError> {
+    // Measured before the first trace is taken, so a store that is already full refuses
+    // the first turn.
+    let (store, usage, tenants) = TraceBackend::open_surveyed(target, key)?;
+    let path = target.label();
     let settings = WriterSettings {
         queue_capacity: settings.queue_capacity.max(1),
         batch_size: settings.batch_size.max(1),
@@ -341,15 +358,12 @@ pub fn spawn(
     let (control_tx, control_rx) = unbounded();
     let shared = Arc::new(Shared {
         bounds: settings.bounds,
-        store_path: path.to_path_buf(),
+        store_path: target.local_file().map(Path::to_path_buf),
         ..Shared::default()
     });
-    // Measured before the first trace is taken, so a store that is already full refuses
-    // the first turn.
-    shared.measured(store.usage()?);
-    let tenants = store.tenants()?;
+    shared.measured(usage);
     let writer = Writer {
-        path: path.to_path_buf(),
+        path,
         store,
         shared: Arc::clone(&shared),
         batch: Vec::with_capacity(settings.batch_size),
@@ -552,7 +566,7 @@ enum Step {
 /// The thread's state.
 struct Writer {
     path: PathBuf,
-    store: TraceStore,
+    store: TraceBackend,
     shared: Arc<Shared>,
     settings: WriterSettings,
     batch: Vec<Queued>,
@@ -958,7 +972,7 @@ mod tests {
     use super::*;
     use crate::contract::{LayerStatus, ProviderStatus};
     use crate::trace::store::testing::{self, ProviderSpec, item, key};
-    use crate::trace::store::{StoreCounts, TraceReader};
+    use crate::trace::store::{StoreCounts, TraceReader, TraceStore};
     use rusqlite::Connection;
     use std::io::{BufRead, BufReader};
 

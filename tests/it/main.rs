@@ -33,6 +33,7 @@ mod server;
 mod sqlite_bounds;
 mod sqlite_provider;
 mod support;
+mod trace_postgres;
 mod trace_upkeep;
 mod ui;
 mod writing_a_provider;

@@ -469,7 +469,7 @@ async fn dry_run(client: &Object, statement: &Statement) -> Result<(), PostgresS
 }
 
 /// The server's message (and hint) for an error, redacted; the driver's words otherwise.
-fn server_words(error: &tokio_postgres::Error) -> String {
+pub(crate) fn server_words(error: &tokio_postgres::Error) -> String {
     let text = match error.as_db_error() {
         Some(db) => match db.hint() {
             Some(hint) => format!("{} (hint: {hint})", db.message()),
@@ -649,7 +649,7 @@ async fn read_items(
 
 /// TLS with the system's root certificates and host name verification (rustls, the
 /// aws-lc provider reqwest uses too).
-fn tls_connector() -> MakeRustlsConnect {
+pub(crate) fn tls_connector() -> MakeRustlsConnect {
     let mut roots = rustls::RootCertStore::empty();
     let loaded = rustls_native_certs::load_native_certs();
     roots.add_parsable_certificates(loaded.certs);

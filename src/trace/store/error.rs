@@ -30,6 +30,13 @@ pub enum StoreError {
         action: &'static str,
         source: rusqlite::Error,
     },
+    #[error("trace store {}: cannot {action}: {reason}", store.display())]
+    Postgres {
+        /// The store's label (`postgres:$ENV`): never the connection string.
+        store: PathBuf,
+        action: &'static str,
+        reason: String,
+    },
     #[error("trace store {path}: journal_mode=WAL did not take effect (the mode is {mode:?})")]
     NotWal { path: PathBuf, mode: String },
     #[error(

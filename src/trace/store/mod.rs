@@ -1,4 +1,5 @@
-//! The SQLite trace store: schema and migrations, the write path the
+//! The trace store — a SQLite file, or a PostgreSQL store shared by replicas
+//! ([`pg`]) with the same record model: schema and migrations, the write path the
 //! [`TraceWriter`](super::writer) owns, and the read-only readers behind
 //! `GET /v1/traces`, the handle trace route, replays and `ctxd traces`.
 //!
@@ -16,8 +17,9 @@
 //!   no longer opens.
 //! - Serializing and sealing happen in [`RowEncoder`], on the caller's thread, so the
 //!   single writer thread only runs SQL.
-//! - The SQL stays plain (no JSON functions, no `INDEXED BY`) so a PostgreSQL store can
-//!   follow with the same schema; `ON CONFLICT … DO NOTHING/UPDATE` is in both.
+//! - The SQL stays plain (no JSON functions, no `INDEXED BY`) so the PostgreSQL store
+//!   ([`pg`]) runs the same searches on the same schema; `ON CONFLICT … DO
+//!   NOTHING/UPDATE` is in both.
 //!
 //! # Rooms, and which way they depend
 //!
@@ -32,7 +34,9 @@
 //! | `rows` | [`RowEncoder`] and the rows it encodes ([`TraceRows`], [`Queued`], …) |
 //! | `write` | [`TraceStore`]: the write connection and its batch transaction |
 //! | `prune` | deleting records past their keep in small transactions, measuring the store; the operator's connection of `ctxd traces prune` |
-//! | `read` | [`TraceReader`]: a read-only connection; runs the searches [`super::query`] plans |
+//! | `pg` | the PostgreSQL store: target, connection, migrations under an advisory lock, batch writes, the reader's statements |
+//! | `read` | [`TraceReader`]: a read-only connection to either store (SQLite, or `pg`); runs the searches [`super::query`] plans |
+//! | `backend` | [`StoreTarget`] (where the store is) and [`TraceBackend`] (the writer's connection to either) |
 //! | `pool` | [`ReaderPool`]: a bounded set of readers, checked out per request |
 //!
 //! # Schema (version [`SCHEMA_VERSION`])
@@ -60,8 +64,10 @@
 //! Plans are chosen without statistics (ctxd never runs `ANALYZE`), so they are the ones
 //! the `EXPLAIN QUERY PLAN` tests in [`super::query`] pin down.
 
+mod backend;
 mod codec;
 mod error;
+mod pg;
 mod pool;
 pub(crate) mod prune;
 mod read;
@@ -71,7 +77,11 @@ mod seal;
 mod write;
 
 pub use super::query::{SearchPage, SearchQuery};
+pub use backend::StoreTarget;
+pub(crate) use backend::TraceBackend;
 pub use error::StoreError;
+pub(crate) use pg::probe as probe_postgres;
+pub use pg::{PgTarget, PgTraceStore};
 pub(crate) use pool::{ReaderCheckout, ReaderPool, ReaderPoolSettings};
 pub use prune::Pruned;
 pub(crate) use prune::disk_available;

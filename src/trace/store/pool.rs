@@ -13,11 +13,14 @@
 //! - **Return.** Dropping the checkout puts its reader back before the permit is
 //!   released, so idle plus checked-out readers never exceed the bound.
 
+use super::backend::StoreTarget;
 use super::error::StoreError;
 use super::read::TraceReader;
 use crate::trace::digest::DigestKey;
 use std::fmt;
-use std::path::{Path, PathBuf};
+#[cfg(test)]
+use std::path::Path;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -55,7 +58,10 @@ pub(crate) struct ReaderPool {
 }
 
 struct Shared {
+    /// How errors name the store (its file, or `postgres:$ENV`).
     path: PathBuf,
+    /// Where readers connect.
+    target: StoreTarget,
     /// Given to every reader, so replays can open retained content.
     key: Option<DigestKey>,
     settings: ReaderPoolSettings,
@@ -80,8 +86,18 @@ impl fmt::Debug for ReaderPool {
 impl ReaderPool {
     /// A pool for the store at `path`; opens nothing yet. `key` lets readers open
     /// retained content (replays need it).
+    #[cfg(test)]
     pub(crate) fn new(
         path: &Path,
+        key: Option<&DigestKey>,
+        settings: ReaderPoolSettings,
+    ) -> ReaderPool {
+        ReaderPool::on(&StoreTarget::Sqlite(path.to_path_buf()), key, settings)
+    }
+
+    /// A pool of readers of either store; opens nothing yet.
+    pub(crate) fn on(
+        target: &StoreTarget,
         key: Option<&DigestKey>,
         settings: ReaderPoolSettings,
     ) -> ReaderPool {
@@ -91,7 +107,8 @@ impl ReaderPool {
         };
         ReaderPool {
             shared: Arc::new(Shared {
-                path: path.to_path_buf(),
+                path: target.label(),
+                target: target.clone(),
                 key: key.cloned(),
                 settings,
                 permits: Arc::new(Semaphore::new(settings.readers)),
@@ -161,8 +178,17 @@ impl ReaderCheckout {
     /// The reader, opening a connection if the pool had no idle one. Opening is
     /// blocking I/O: call this on the blocking pool, where the query runs.
     pub(crate) fn reader(&mut self) -> Result<&TraceReader, StoreError> {
+        // A PostgreSQL connection the server closed (a restart, a failover) is replaced.
+        if self
+            .reader
+            .as_ref()
+            .is_some_and(|reader| !reader.is_usable())
+        {
+            self.reader = None;
+            self.shared.connections.fetch_sub(1, Ordering::SeqCst);
+        }
         if self.reader.is_none() {
-            let reader = TraceReader::open(&self.shared.path, self.shared.key.as_ref())?;
+            let reader = self.shared.target.open_reader(self.shared.key.as_ref())?;
             self.shared.connections.fetch_add(1, Ordering::SeqCst);
             self.reader = Some(reader);
         }

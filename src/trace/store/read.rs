@@ -4,6 +4,7 @@
 
 use super::codec::{self, DecodingDictionary};
 use super::error::{StoreError, sqlite};
+use super::pg::{PgConnection, PgTarget};
 use super::schema::{BUSY_TIMEOUT, STATEMENT_CACHE, require_current};
 use super::seal::RetentionCipher;
 use crate::contract::Item;
@@ -48,13 +49,20 @@ pub struct StoreCounts {
 /// at a time (it is `Send`, not `Sync`): the server shares a few through a
 /// [`ReaderPool`](super::ReaderPool), the CLI opens its own.
 pub struct TraceReader {
-    conn: Connection,
+    conn: ReadConnection,
     path: PathBuf,
     cipher: Option<RetentionCipher>,
     /// Seals and opens search cursors; without the key a search gives no cursor.
     cursors: Option<CursorSeal>,
     /// Record dictionaries read so far, prepared for decoding.
     dictionaries: RefCell<HashMap<i64, Arc<DecodingDictionary>>>,
+}
+
+/// The connection a reader runs its statements on: a SQLite file, or the PostgreSQL
+/// store replicas share.
+enum ReadConnection {
+    Sqlite(Connection),
+    Postgres(PgConnection),
 }
 
 /// A record body as a row holds it: JSON text (rows written before compression) or a
@@ -106,12 +114,38 @@ impl TraceReader {
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         require_current(&conn, path)?;
         Ok(TraceReader {
-            conn,
+            conn: ReadConnection::Sqlite(conn),
             path: path.to_path_buf(),
             cipher: key.map(RetentionCipher::new),
             cursors: key.map(CursorSeal::new),
             dictionaries: RefCell::default(),
         })
+    }
+
+    /// A reader of the PostgreSQL store at `target` (read-only transactions); the
+    /// schema must be at exactly this code's version. Blocks: call it off the async
+    /// workers.
+    pub fn open_postgres(
+        target: &PgTarget,
+        key: Option<&DigestKey>,
+    ) -> Result<TraceReader, StoreError> {
+        let conn = PgConnection::open_reader(target)?;
+        Ok(TraceReader {
+            path: conn.label().clone(),
+            conn: ReadConnection::Postgres(conn),
+            cipher: key.map(RetentionCipher::new),
+            cursors: key.map(CursorSeal::new),
+            dictionaries: RefCell::default(),
+        })
+    }
+
+    /// Whether the connection can still run statements (a PostgreSQL connection the
+    /// server closed cannot).
+    pub(crate) fn is_usable(&self) -> bool {
+        match &self.conn {
+            ReadConnection::Sqlite(_) => true,
+            ReadConnection::Postgres(conn) => !conn.is_closed(),
+        }
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -135,11 +169,15 @@ impl TraceReader {
         let next_cursor = last.and_then(|seq| Some(self.cursors.as_ref()?.seal(query, seq)));
         let mut traces = Vec::with_capacity(seqs.len());
         for seq in seqs {
-            let record: Option<Body> = self
-                .conn
-                .prepare_cached(SELECT_TURN_BY_SEQ)
-                .and_then(|mut statement| statement.query_row([seq], |row| row.get(0)).optional())
-                .map_err(sqlite(&self.path, "read a turn"))?;
+            let record: Option<Body> = match &self.conn {
+                ReadConnection::Sqlite(conn) => conn
+                    .prepare_cached(SELECT_TURN_BY_SEQ)
+                    .and_then(|mut statement| {
+                        statement.query_row([seq], |row| row.get(0)).optional()
+                    })
+                    .map_err(sqlite(&self.path, "read a turn"))?,
+                ReadConnection::Postgres(conn) => conn.turn_body_by_seq(seq)?.map(Body::Compressed),
+            };
             // Only a concurrent deletion could remove it; there is none today.
             let Some(record) = record else { continue };
             traces.push(self.stored_turn(seq, &record)?);
@@ -158,15 +196,19 @@ impl TraceReader {
         tenant: Option<&str>,
         turn_id: &str,
     ) -> Result<Option<StoredTurn>, StoreError> {
-        let row: Option<(i64, String, Body)> = self
-            .conn
-            .prepare_cached(SELECT_TURN_BY_ID)
-            .and_then(|mut statement| {
-                statement
-                    .query_row([turn_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-                    .optional()
-            })
-            .map_err(sqlite(&self.path, "read a turn"))?;
+        let row: Option<(i64, String, Body)> = match &self.conn {
+            ReadConnection::Sqlite(conn) => conn
+                .prepare_cached(SELECT_TURN_BY_ID)
+                .and_then(|mut statement| {
+                    statement
+                        .query_row([turn_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+                        .optional()
+                })
+                .map_err(sqlite(&self.path, "read a turn"))?,
+            ReadConnection::Postgres(conn) => conn
+                .turn_by_id(turn_id)?
+                .map(|(seq, tenant, body)| (seq, tenant, Body::Compressed(body))),
+        };
         match row {
             Some((seq, owner, record)) if tenant.is_none_or(|tenant| tenant == owner) => {
                 self.stored_turn(seq, &record).map(Some)
@@ -182,14 +224,21 @@ impl TraceReader {
         let mut lines = text.split('\n');
         let turn: TurnRecord = self.parse(lines.next().unwrap_or_default(), what)?;
         let mut embedded = lines;
-        let mut statement = self
-            .conn
-            .prepare_cached(SELECT_PROVIDERS)
-            .map_err(sqlite(&self.path, "read provider records"))?;
-        let records = statement
-            .query_map([seq], |row| row.get::<_, Body>(0))
-            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-            .map_err(sqlite(&self.path, "read provider records"))?;
+        let records: Vec<Body> = match &self.conn {
+            ReadConnection::Sqlite(conn) => conn
+                .prepare_cached(SELECT_PROVIDERS)
+                .and_then(|mut statement| {
+                    statement
+                        .query_map([seq], |row| row.get::<_, Body>(0))
+                        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                })
+                .map_err(sqlite(&self.path, "read provider records"))?,
+            ReadConnection::Postgres(conn) => conn
+                .provider_bodies(seq)?
+                .into_iter()
+                .map(Body::Compressed)
+                .collect(),
+        };
         let what = || format!("a provider record of seq {seq}");
         let providers = records
             .iter()
@@ -239,11 +288,13 @@ impl TraceReader {
         if let Some(found) = self.dictionaries.borrow().get(&id) {
             return Ok(Some(Arc::clone(found)));
         }
-        let bytes: Option<Vec<u8>> = self
-            .conn
-            .prepare_cached(SELECT_DICTIONARY)
-            .and_then(|mut statement| statement.query_row([id], |row| row.get(0)).optional())
-            .map_err(sqlite(&self.path, "read a record dictionary"))?;
+        let bytes: Option<Vec<u8>> = match &self.conn {
+            ReadConnection::Sqlite(conn) => conn
+                .prepare_cached(SELECT_DICTIONARY)
+                .and_then(|mut statement| statement.query_row([id], |row| row.get(0)).optional())
+                .map_err(sqlite(&self.path, "read a record dictionary"))?,
+            ReadConnection::Postgres(conn) => conn.dictionary_bytes(id)?,
+        };
         let Some(bytes) = bytes else {
             return Ok(None);
         };
@@ -281,20 +332,23 @@ impl TraceReader {
                 path: self.path.clone(),
             });
         };
-        let mut statement = self
-            .conn
-            .prepare_cached(SELECT_RETAINED)
-            .map_err(sqlite(&self.path, "read retained content"))?;
         let mut found = HashMap::new();
         let mut refused = 0usize;
         for &fingerprint in fingerprints {
             if found.contains_key(fingerprint) {
                 continue;
             }
-            let blob: Option<Vec<u8>> = statement
-                .query_row([tenant, fingerprint], |row| row.get(0))
-                .optional()
-                .map_err(sqlite(&self.path, "read retained content"))?;
+            let blob: Option<Vec<u8>> = match &self.conn {
+                ReadConnection::Sqlite(conn) => conn
+                    .prepare_cached(SELECT_RETAINED)
+                    .and_then(|mut statement| {
+                        statement
+                            .query_row([tenant, fingerprint], |row| row.get(0))
+                            .optional()
+                    })
+                    .map_err(sqlite(&self.path, "read retained content"))?,
+                ReadConnection::Postgres(conn) => conn.retained_blob(tenant, fingerprint)?,
+            };
             let Some(blob) = blob else { continue };
             match cipher.open(tenant, fingerprint, &blob) {
                 Some(item) => {
@@ -322,7 +376,27 @@ impl TraceReader {
         after: u64,
         limit: usize,
     ) -> Result<HandleOperationsPage<HandleOpRecord>, StoreError> {
-        let page = handle_operations(&self.conn, &self.path, tenant, handle, after, limit)?;
+        let page = match &self.conn {
+            ReadConnection::Sqlite(conn) => {
+                handle_operations(conn, &self.path, tenant, handle, after, limit)?
+            }
+            ReadConnection::Postgres(conn) => {
+                let limit = limit.clamp(1, MAX_HANDLE_OPERATIONS);
+                let after = i64::try_from(after).unwrap_or(i64::MAX);
+                let mut rows =
+                    conn.handle_operation_rows(tenant, handle, after, limit as i64 + 1)?;
+                let next_after = if rows.len() > limit {
+                    rows.truncate(limit);
+                    rows.last().map(|(sequence, _)| *sequence as u64)
+                } else {
+                    None
+                };
+                HandleOperationsPage {
+                    operations: rows.into_iter().map(|(_, record)| record).collect(),
+                    next_after,
+                }
+            }
+        };
         let operations = page
             .operations
             .iter()
@@ -336,21 +410,29 @@ impl TraceReader {
 
     /// The Build JSON recorded for a build digest.
     pub(crate) fn build(&self, digest: &str) -> Result<Option<String>, StoreError> {
-        self.conn
-            .prepare_cached("SELECT build FROM builds WHERE digest = ?1")
-            .and_then(|mut statement| statement.query_row([digest], |row| row.get(0)).optional())
-            .map_err(sqlite(&self.path, "read a build"))
+        match &self.conn {
+            ReadConnection::Sqlite(conn) => conn
+                .prepare_cached("SELECT build FROM builds WHERE digest = ?1")
+                .and_then(|mut statement| {
+                    statement.query_row([digest], |row| row.get(0)).optional()
+                })
+                .map_err(sqlite(&self.path, "read a build")),
+            ReadConnection::Postgres(conn) => conn.build_json(digest),
+        }
     }
 
     /// Rows in `turns`, `provider_records` and `retained_content`.
     pub fn counts(&self) -> Result<StoreCounts, StoreError> {
-        let count = |table: &str| -> Result<u64, StoreError> {
-            self.conn
-                .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |row| {
-                    row.get::<_, i64>(0)
-                })
-                .map(|n| n as u64)
-                .map_err(sqlite(&self.path, "count rows"))
+        let count = |table: &'static str| -> Result<u64, StoreError> {
+            match &self.conn {
+                ReadConnection::Sqlite(conn) => conn
+                    .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |row| {
+                        row.get::<_, i64>(0)
+                    })
+                    .map(|n| n as u64)
+                    .map_err(sqlite(&self.path, "count rows")),
+                ReadConnection::Postgres(conn) => conn.count_rows(table),
+            }
         };
         Ok(StoreCounts {
             turns: count("turns")?,
@@ -361,7 +443,10 @@ impl TraceReader {
 
     #[cfg(test)]
     pub(crate) fn connection(&self) -> &Connection {
-        &self.conn
+        match &self.conn {
+            ReadConnection::Sqlite(conn) => conn,
+            ReadConnection::Postgres(_) => panic!("a PostgreSQL reader has no SQLite connection"),
+        }
     }
 }
 
@@ -383,7 +468,7 @@ fn tenants(conn: &Connection, path: &Path) -> Result<Vec<String>, StoreError> {
 /// The seqs of one page below `before`, newest first, and — when more follow — the seq
 /// the next page starts below.
 fn matching_seqs(
-    conn: &Connection,
+    conn: &ReadConnection,
     path: &Path,
     query: &SearchQuery,
     before: i64,
@@ -391,7 +476,10 @@ fn matching_seqs(
     let limit = query.limit.clamp(1, MAX_LIMIT);
     let tenants = match &query.tenant {
         Some(tenant) => vec![tenant.clone()],
-        None => tenants(conn, path)?,
+        None => match conn {
+            ReadConnection::Sqlite(conn) => tenants(conn, path)?,
+            ReadConnection::Postgres(conn) => conn.turn_tenants()?,
+        },
     };
     let error = |source| StoreError::Sqlite {
         path: path.to_path_buf(),
@@ -403,13 +491,18 @@ fn matching_seqs(
     let mut seqs = Vec::new();
     for tenant in &tenants {
         for stream in query::streams(query, tenant, before, take) {
-            let mut statement = conn.prepare_cached(&stream.sql).map_err(error)?;
-            let rows = statement
-                .query_map(rusqlite::params_from_iter(&stream.params), |row| {
-                    row.get::<_, i64>(0)
-                })
-                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-                .map_err(error)?;
+            let rows = match conn {
+                ReadConnection::Sqlite(conn) => {
+                    let mut statement = conn.prepare_cached(&stream.sql).map_err(error)?;
+                    statement
+                        .query_map(rusqlite::params_from_iter(&stream.params), |row| {
+                            row.get::<_, i64>(0)
+                        })
+                        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                        .map_err(error)?
+                }
+                ReadConnection::Postgres(conn) => conn.stream_seqs(&stream.sql, &stream.params)?,
+            };
             seqs.extend(rows);
         }
     }

@@ -1,0 +1,542 @@
+//! The write side on PostgreSQL: the connection a replica's trace writer thread owns,
+//! the batch transaction (each table's rows of the whole batch in one multi-row
+//! `INSERT … SELECT FROM UNNEST(…)`), purging, pruning in batched `DELETE`s, and
+//! measuring the store.
+//!
+//! Replicas write the same tables at once: turn ids are unique, so turns never
+//! conflict; dictionaries, builds and retained content may, and are inserted sorted by
+//! key so two replicas' batches take their row locks in the same order and never
+//! deadlock on them.
+
+use super::schema::migrate;
+use super::{PgConnection, PgTarget};
+use crate::contract::LayerStatus;
+use crate::trace::store::error::StoreError;
+use crate::trace::store::prune::Pruned;
+use crate::trace::store::rows::{HandleOperationRow, Queued, TraceRows};
+use crate::trace::store::write::Written;
+use crate::trace::upkeep::StoreUsage;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+
+/// Dictionaries and build digests remembered as written, so they are not re-sent.
+const KNOWN_CAP: usize = 4096;
+
+const INSERT_DICTIONARIES: &str = "INSERT INTO record_dictionaries (id, bytes)
+    SELECT * FROM UNNEST($1::int8[], $2::bytea[]) ON CONFLICT (id) DO NOTHING";
+const INSERT_BUILDS: &str = "INSERT INTO builds (digest, build)
+    SELECT * FROM UNNEST($1::text[], $2::text[]) ON CONFLICT (digest) DO NOTHING";
+const INSERT_HANDLE_OPERATIONS: &str =
+    "INSERT INTO handle_operations (tenant, handle_id, sequence, at_ms, record)
+    SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[])
+    ON CONFLICT (tenant, handle_id, sequence) DO NOTHING";
+/// A turn id already in the store (a retried batch) is skipped with its rows.
+const INSERT_TURNS: &str = "INSERT INTO turns (turn_id, tenant, project, build_digest, blocked, rendered_digest, started_at_ms, duration_ms, record)
+    SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::text[], $7::int8[], $8::int8[], $9::bytea[])
+    ON CONFLICT (turn_id) DO NOTHING RETURNING seq, turn_id";
+const INSERT_LAYERS: &str = "INSERT INTO layer_decisions (turn_seq, tenant, layer, status, reason)
+    SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[])";
+/// In the order given (`WITH ORDINALITY`): a turn's provider records are read back by
+/// `id`, which must follow their place in the turn's body.
+const INSERT_PROVIDERS: &str =
+    "INSERT INTO provider_records (turn_seq, tenant, provider, status, observed_at_ms, record)
+    SELECT s, t, p, st, o, r FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::bytea[])
+        WITH ORDINALITY AS u (s, t, p, st, o, r, n)
+    ORDER BY n";
+/// Stored once per tenant and fingerprint: a second write only moves the expiry later.
+const UPSERT_RETAINED: &str =
+    "INSERT INTO retained_content (tenant, fingerprint, ciphertext, expires_at_ms)
+    SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::int8[])
+    ON CONFLICT (tenant, fingerprint) DO UPDATE SET expires_at_ms = EXCLUDED.expires_at_ms
+    WHERE EXCLUDED.expires_at_ms > retained_content.expires_at_ms";
+const PURGE_EXPIRED: &str = "DELETE FROM retained_content WHERE expires_at_ms <= $1";
+const OLDEST_TURNS: &str =
+    "SELECT seq, started_at_ms FROM turns WHERE tenant = $1 ORDER BY seq LIMIT $2";
+const DELETE_PROVIDER_RECORDS: &str = "DELETE FROM provider_records WHERE turn_seq = ANY($1)";
+/// Through the `(tenant, status, turn_seq)` index.
+const DELETE_LAYER_DECISIONS: &str =
+    "DELETE FROM layer_decisions WHERE tenant = $1 AND status = ANY($3) AND turn_seq = ANY($2)";
+const DELETE_TURNS: &str = "DELETE FROM turns WHERE seq = ANY($1)";
+const DELETE_HANDLE_OPERATIONS: &str = "DELETE FROM handle_operations
+    WHERE (tenant, handle_id, sequence) IN (SELECT tenant, handle_id, sequence
+        FROM handle_operations WHERE tenant = $1 AND at_ms < $2 LIMIT $3)";
+const TENANTS: &str = "SELECT DISTINCT tenant FROM turns
+    UNION SELECT DISTINCT tenant FROM handle_operations";
+const OLDEST_STARTED: &str = "SELECT started_at_ms FROM turns ORDER BY seq LIMIT 1";
+/// What ctxd's tables take in this schema: heap, indexes and TOAST.
+const STORE_BYTES: &str = "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::int8
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = current_schema() AND c.relkind = 'r'
+    AND c.relname IN ('turns', 'layer_decisions', 'provider_records', 'retained_content',
+        'builds', 'handle_operations', 'record_dictionaries', 'schema_version')";
+
+/// A replica's write connection. Owned by its trace writer thread.
+pub struct PgTraceStore {
+    conn: PgConnection,
+    /// Where to connect again when the server closes the connection (a restart, a
+    /// failover): the writer's retries then go to a new connection.
+    target: PgTarget,
+    known_builds: HashSet<String>,
+    known_dictionaries: HashSet<i64>,
+}
+
+impl fmt::Debug for PgTraceStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgTraceStore")
+            .field("store", self.conn.label())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The columns of one batch, one vector per column, as `UNNEST` takes them.
+#[derive(Default)]
+struct TurnColumns<'a> {
+    turn_id: Vec<&'a str>,
+    tenant: Vec<&'a str>,
+    project: Vec<&'a str>,
+    build_digest: Vec<&'a str>,
+    blocked: Vec<bool>,
+    rendered_digest: Vec<Option<&'a str>>,
+    started_at_ms: Vec<i64>,
+    duration_ms: Vec<i64>,
+    record: Vec<&'a [u8]>,
+}
+
+impl PgTraceStore {
+    /// Connects and brings the schema up to date under the migration lock.
+    pub fn open(target: &PgTarget) -> Result<PgTraceStore, StoreError> {
+        let mut conn = PgConnection::connect(target)?;
+        let applied = migrate(&mut conn)?;
+        if applied > 0 {
+            tracing::info!(store = %conn.label().display(), applied, "trace store schema migrated");
+        }
+        Ok(PgTraceStore {
+            conn,
+            target: target.clone(),
+            known_builds: HashSet::new(),
+            known_dictionaries: HashSet::new(),
+        })
+    }
+
+    /// Writes a writer batch — turns and handle operations — in one transaction.
+    pub(crate) fn write_queued(&mut self, batch: &[Queued]) -> Result<Written, StoreError> {
+        let mut turns = Vec::with_capacity(batch.len());
+        let mut operations = Vec::new();
+        for queued in batch {
+            match queued {
+                Queued::Turn(rows) => turns.push(&**rows),
+                Queued::HandleOperation(row) => operations.push(&**row),
+            }
+        }
+        self.write_all(&turns, &operations)
+    }
+
+    fn write_all(
+        &mut self,
+        batch: &[&TraceRows],
+        operations: &[&HandleOperationRow],
+    ) -> Result<Written, StoreError> {
+        // Sorted by key: replicas take row locks in the same order.
+        let mut dictionaries: BTreeMap<i64, &[u8]> = BTreeMap::new();
+        let mut builds: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut columns = TurnColumns::default();
+        for rows in batch {
+            let dictionary = &rows.dictionary;
+            if !self.known_dictionaries.contains(&dictionary.id) {
+                dictionaries.insert(dictionary.id, &dictionary.bytes);
+            }
+            if let Some((digest, build)) = &rows.build
+                && !self.known_builds.contains(digest)
+            {
+                builds.insert(digest, build);
+            }
+            let turn = &rows.turn;
+            columns.turn_id.push(&turn.turn_id);
+            columns.tenant.push(&turn.tenant);
+            columns.project.push(&turn.project);
+            columns.build_digest.push(&turn.build_digest);
+            columns.blocked.push(turn.blocked);
+            columns
+                .rendered_digest
+                .push(turn.rendered_digest.as_deref());
+            columns.started_at_ms.push(turn.started_at_ms);
+            columns.duration_ms.push(turn.duration_ms);
+            columns.record.push(&turn.record);
+        }
+        let by_turn_id: HashMap<&str, &TraceRows> = batch
+            .iter()
+            .map(|rows| (rows.turn.turn_id.as_str(), *rows))
+            .collect();
+        self.reconnect_if_closed()?;
+        let written = self.conn.run_mut("write a batch", |client| async move {
+            let tx = client.transaction().await?;
+            let mut written = Written::default();
+            if !dictionaries.is_empty() {
+                let ids: Vec<i64> = dictionaries.keys().copied().collect();
+                let bytes: Vec<&[u8]> = dictionaries.values().copied().collect();
+                tx.execute(INSERT_DICTIONARIES, &[&ids, &bytes]).await?;
+            }
+            if !builds.is_empty() {
+                let digests: Vec<&str> = builds.keys().copied().collect();
+                let texts: Vec<&str> = builds.values().copied().collect();
+                tx.execute(INSERT_BUILDS, &[&digests, &texts]).await?;
+            }
+            if !operations.is_empty() {
+                let tenant: Vec<&str> = operations.iter().map(|o| o.tenant.as_str()).collect();
+                let handle: Vec<&str> = operations.iter().map(|o| o.handle_id.as_str()).collect();
+                let sequence: Vec<i64> = operations.iter().map(|o| o.sequence).collect();
+                let at: Vec<i64> = operations.iter().map(|o| o.at_ms).collect();
+                let record: Vec<&str> = operations.iter().map(|o| o.record.as_str()).collect();
+                written.handle_operations = tx
+                    .execute(
+                        INSERT_HANDLE_OPERATIONS,
+                        &[&tenant, &handle, &sequence, &at, &record],
+                    )
+                    .await?;
+            }
+            if !columns.turn_id.is_empty() {
+                let inserted = tx
+                    .query(
+                        INSERT_TURNS,
+                        &[
+                            &columns.turn_id,
+                            &columns.tenant,
+                            &columns.project,
+                            &columns.build_digest,
+                            &columns.blocked,
+                            &columns.rendered_digest,
+                            &columns.started_at_ms,
+                            &columns.duration_ms,
+                            &columns.record,
+                        ],
+                    )
+                    .await?;
+                written.turns = inserted.len() as u64;
+                let mut layers = LayerColumns::default();
+                let mut providers = ProviderColumns::default();
+                let mut retained: BTreeMap<(&str, &str), (&[u8], i64)> = BTreeMap::new();
+                for row in &inserted {
+                    let seq: i64 = row.get(0);
+                    let turn_id: &str = row.get(1);
+                    let Some(rows) = by_turn_id.get(turn_id) else {
+                        continue;
+                    };
+                    let tenant = rows.turn.tenant.as_str();
+                    for layer in &rows.layers {
+                        layers.turn_seq.push(seq);
+                        layers.tenant.push(tenant);
+                        layers.layer.push(&layer.layer);
+                        layers.status.push(layer.status);
+                        layers.reason.push(&layer.reason);
+                    }
+                    for provider in &rows.providers {
+                        providers.turn_seq.push(seq);
+                        providers.tenant.push(tenant);
+                        providers.provider.push(&provider.provider);
+                        providers.status.push(provider.status);
+                        providers.observed_at_ms.push(provider.observed_at_ms);
+                        providers.record.push(&provider.record);
+                    }
+                    for item in &rows.retained {
+                        let entry = retained
+                            .entry((tenant, item.fingerprint.as_str()))
+                            .or_insert((&item.ciphertext, item.expires_at_ms));
+                        entry.1 = entry.1.max(item.expires_at_ms);
+                    }
+                }
+                if !layers.turn_seq.is_empty() {
+                    tx.execute(
+                        INSERT_LAYERS,
+                        &[
+                            &layers.turn_seq,
+                            &layers.tenant,
+                            &layers.layer,
+                            &layers.status,
+                            &layers.reason,
+                        ],
+                    )
+                    .await?;
+                }
+                if !providers.turn_seq.is_empty() {
+                    written.provider_records = tx
+                        .execute(
+                            INSERT_PROVIDERS,
+                            &[
+                                &providers.turn_seq,
+                                &providers.tenant,
+                                &providers.provider,
+                                &providers.status,
+                                &providers.observed_at_ms,
+                                &providers.record,
+                            ],
+                        )
+                        .await?;
+                }
+                if !retained.is_empty() {
+                    let tenant: Vec<&str> = retained.keys().map(|(t, _)| *t).collect();
+                    let fingerprint: Vec<&str> = retained.keys().map(|(_, f)| *f).collect();
+                    let ciphertext: Vec<&[u8]> = retained.values().map(|(c, _)| *c).collect();
+                    let expires: Vec<i64> = retained.values().map(|(_, e)| *e).collect();
+                    tx.execute(
+                        UPSERT_RETAINED,
+                        &[&tenant, &fingerprint, &ciphertext, &expires],
+                    )
+                    .await?;
+                }
+            }
+            tx.commit().await?;
+            Ok(written)
+        })?;
+        remember(
+            &mut self.known_dictionaries,
+            batch.iter().map(|rows| rows.dictionary.id),
+        );
+        remember(
+            &mut self.known_builds,
+            batch
+                .iter()
+                .filter_map(|rows| rows.build.as_ref().map(|(digest, _)| digest.clone())),
+        );
+        Ok(written)
+    }
+
+    /// Deletes retained content whose `expires_at_ms <= now_ms`; returns how many rows.
+    pub(crate) fn purge_expired(&mut self, now_ms: i64) -> Result<usize, StoreError> {
+        self.reconnect_if_closed()?;
+        self.conn
+            .run("purge expired retained content", |client| async move {
+                client.execute(PURGE_EXPIRED, &[&now_ms]).await
+            })
+            .map(|n| n as usize)
+    }
+
+    /// Deletes, in one transaction, at most `batch` of `tenant`'s oldest turns that
+    /// started before `cutoff_ms` with their rows, and at most `batch` of its handle
+    /// operations older than it. Every replica prunes: a row another one deleted first
+    /// is simply not counted.
+    pub(crate) fn prune_batch(
+        &mut self,
+        tenant: &str,
+        cutoff_ms: i64,
+        batch: usize,
+    ) -> Result<Pruned, StoreError> {
+        let limit = batch as i64;
+        self.reconnect_if_closed()?;
+        self.conn.run_mut("prune the store", |client| async move {
+            let tx = client.transaction().await?;
+            let oldest = tx.query(OLDEST_TURNS, &[&tenant, &limit]).await?;
+            let seqs: Vec<i64> = oldest
+                .iter()
+                .map(|row| (row.get::<_, i64>(0), row.get::<_, i64>(1)))
+                .take_while(|(_, started)| *started < cutoff_ms)
+                .map(|(seq, _)| seq)
+                .collect();
+            let mut pruned = Pruned::default();
+            if !seqs.is_empty() {
+                let statuses: Vec<&str> = LayerStatus::ALL.map(LayerStatus::as_str).to_vec();
+                pruned.provider_records = tx.execute(DELETE_PROVIDER_RECORDS, &[&seqs]).await?;
+                pruned.layer_decisions = tx
+                    .execute(DELETE_LAYER_DECISIONS, &[&tenant, &seqs, &statuses])
+                    .await?;
+                pruned.turns = tx.execute(DELETE_TURNS, &[&seqs]).await?;
+            }
+            pruned.handle_operations = tx
+                .execute(DELETE_HANDLE_OPERATIONS, &[&tenant, &cutoff_ms, &limit])
+                .await?;
+            tx.commit().await?;
+            Ok(pruned)
+        })
+    }
+
+    /// A new connection in place of one the server closed. The schema is not migrated
+    /// again: it was at this code's version when the store opened.
+    fn reconnect_if_closed(&mut self) -> Result<(), StoreError> {
+        if self.conn.is_closed() {
+            self.conn = PgConnection::connect(&self.target)?;
+            tracing::info!(store = %self.conn.label().display(), "trace store connection reopened");
+        }
+        Ok(())
+    }
+
+    /// Every tenant with records in the store.
+    pub(crate) fn tenants(&self) -> Result<Vec<String>, StoreError> {
+        self.conn
+            .run("list the store's tenants", |client| async move {
+                let rows = client.query(TENANTS, &[]).await?;
+                Ok(rows.iter().map(|row| row.get(0)).collect())
+            })
+    }
+
+    /// When the first turn still in the store started.
+    pub(crate) fn oldest_started_ms(&self) -> Result<Option<i64>, StoreError> {
+        self.conn.run("read the oldest turn", |client| async move {
+            let row = client.query_opt(OLDEST_STARTED, &[]).await?;
+            Ok(row.map(|row| row.get(0)))
+        })
+    }
+
+    /// What ctxd's tables take on the server (`pg_total_relation_size`). The server's
+    /// disk is not this process's to measure: `disk_available` is `None`.
+    pub(crate) fn usage(&self) -> Result<StoreUsage, StoreError> {
+        let used: i64 = self.conn.run("measure the store", |client| async move {
+            Ok(client.query_one(STORE_BYTES, &[]).await?.get(0))
+        })?;
+        Ok(StoreUsage {
+            used_bytes: used.max(0) as u64,
+            reusable_bytes: 0,
+            disk_available: None,
+        })
+    }
+}
+
+#[derive(Default)]
+struct LayerColumns<'a> {
+    turn_seq: Vec<i64>,
+    tenant: Vec<&'a str>,
+    layer: Vec<&'a str>,
+    status: Vec<&'a str>,
+    reason: Vec<&'a str>,
+}
+
+#[derive(Default)]
+struct ProviderColumns<'a> {
+    turn_seq: Vec<i64>,
+    tenant: Vec<&'a str>,
+    provider: Vec<&'a str>,
+    status: Vec<&'a str>,
+    observed_at_ms: Vec<i64>,
+    record: Vec<&'a [u8]>,
+}
+
+/// Adds `new` to a bounded set of keys known to be in the store (cleared when full).
+fn remember<T: std::hash::Hash + Eq>(known: &mut HashSet<T>, new: impl Iterator<Item = T>) {
+    let new: Vec<T> = new.collect();
+    if known.len() + new.len() > KNOWN_CAP {
+        known.clear();
+    }
+    known.extend(new);
+}
+
+#[cfg(test)]
+mod tests {
+    //! Against the machine's PostgreSQL (127.0.0.1:5432, as the integration tests), each
+    //! test in a schema of its own.
+    use super::*;
+    use crate::contract::{LayerStatus, ProviderStatus};
+    use crate::digest::canonical_digest;
+    use crate::trace::query::SearchQuery;
+    use crate::trace::store::TraceReader;
+    use crate::trace::store::rows::RowEncoder;
+    use crate::trace::store::testing::{ProviderSpec, item, key, turn};
+
+    const ADMIN_DSN: &str = "host=127.0.0.1 port=5432 user=postgres dbname=test";
+
+    /// A schema of this test's own, dropped when the value drops.
+    struct Schema {
+        name: String,
+        admin: PgConnection,
+    }
+
+    impl Schema {
+        fn create() -> (Schema, PgTarget) {
+            let mut bytes = [0u8; 8];
+            getrandom::fill(&mut bytes).unwrap();
+            let name = format!("ctxd_unit_{}", hex::encode(bytes));
+            let admin = PgConnection::connect(&PgTarget::parse("ADMIN", ADMIN_DSN).unwrap())
+                .expect("PostgreSQL runs on 127.0.0.1:5432");
+            admin
+                .batch("create a schema", &format!("CREATE SCHEMA {name}"))
+                .unwrap();
+            let target = PgTarget::parse(
+                "TRACE_DSN",
+                &format!("{ADMIN_DSN} options=-csearch_path={name}"),
+            )
+            .unwrap();
+            (Schema { name, admin }, target)
+        }
+    }
+
+    impl Drop for Schema {
+        fn drop(&mut self) {
+            let _ = self.admin.batch(
+                "drop a schema",
+                &format!("DROP SCHEMA {} CASCADE", self.name),
+            );
+        }
+    }
+
+    #[test]
+    fn a_retried_batch_writes_nothing_twice_and_reads_back_as_written() {
+        let (_schema, target) = Schema::create();
+        let mut store = PgTraceStore::open(&target).unwrap();
+        let shared = item("REC-1", "Shared", "Kept by both turns");
+        let traces: Vec<_> = (0..3)
+            .map(|i| {
+                turn(
+                    &key(),
+                    &format!("turn-{i}"),
+                    "acme",
+                    1_000 + i,
+                    &[
+                        ProviderSpec::new("crm", ProviderStatus::Ok)
+                            .retention("content")
+                            .items(vec![shared.clone()]),
+                        ProviderSpec::new("slow", ProviderStatus::Timeout),
+                    ],
+                    &[("profile", LayerStatus::Included)],
+                )
+            })
+            .collect();
+        let encoder = RowEncoder::new(&key());
+        let batch: Vec<Queued> = traces
+            .iter()
+            .map(|trace| Queued::Turn(Box::new(encoder.encode(trace))))
+            .collect();
+        let first = store.write_queued(&batch).unwrap();
+        assert_eq!(first.turns, 3);
+        assert_eq!(first.provider_records, 6);
+        let retried = store.write_queued(&batch).unwrap();
+        assert_eq!(retried, Written::default(), "a retried batch adds nothing");
+
+        let reader = TraceReader::open_postgres(&target, Some(&key())).unwrap();
+        let counts = reader.counts().unwrap();
+        assert_eq!(
+            (counts.turns, counts.provider_records, counts.retained_items),
+            (3, 6, 1)
+        );
+        let stored = reader.turn(Some("acme"), "turn-1").unwrap().unwrap();
+        assert_eq!(stored.turn, traces[1].turn);
+        assert_eq!(stored.providers, traces[1].providers, "in their order");
+        assert!(reader.turn(Some("globex"), "turn-1").unwrap().is_none());
+        let fingerprint = canonical_digest(&shared);
+        let retained = reader.retained("acme", &[&fingerprint]).unwrap();
+        assert_eq!(
+            retained.get(&fingerprint),
+            Some(&shared),
+            "sealed, then opened"
+        );
+
+        let query = |cursor: Option<String>| SearchQuery {
+            tenant: Some("acme".to_owned()),
+            provider: Some("slow".to_owned()),
+            provider_status: Some(ProviderStatus::Timeout),
+            limit: 2,
+            cursor,
+            ..SearchQuery::default()
+        };
+        let page = reader.search(&query(None)).unwrap();
+        let ids: Vec<_> = page.traces.iter().map(|t| t.turn.turn_id.clone()).collect();
+        assert_eq!(ids, ["turn-2", "turn-1"], "newest first");
+        let next = reader.search(&query(page.next_cursor)).unwrap();
+        assert_eq!(next.traces.len(), 1);
+        assert_eq!(next.traces[0].turn.turn_id, "turn-0");
+        assert!(next.next_cursor.is_none());
+
+        let pruned = store.prune_batch("acme", 1_002, 500).unwrap();
+        assert_eq!((pruned.turns, pruned.provider_records), (2, 4));
+        assert_eq!(reader.counts().unwrap().turns, 1);
+        assert_eq!(store.tenants().unwrap(), ["acme"]);
+        assert!(store.usage().unwrap().used_bytes > 0);
+        assert_eq!(store.usage().unwrap().disk_available, None);
+    }
+}
