@@ -27,6 +27,12 @@
 //!   bodies (same bearer header) to the N mocks concurrently, reads and parses each
 //!   answer as `LookupResponse` — no gating, bounds or secret checks, rendering,
 //!   response building or tracing, and one HTTP hop fewer.
+//! - **Same-hop baseline** (`load/same_hop.rs`): a minimal actix-web + reqwest turn server
+//!   in its own process (this binary started again) that takes the same turn request,
+//!   makes the same N lookups concurrently, parses them and answers JSON of ctxd's shape:
+//!   a third side of every closed-loop phase, so the ratio against it is what ctxd adds
+//!   over its network work. The closed-loop phases run at 1, 2, 4, 8 and 16 providers by
+//!   default and draw the scaling curve (`load/scaling.rs`, `DIR/scaling.svg`).
 //! - **Half saturation** (at `--overhead-providers`, default 4): an open loop at half of
 //!   ctxd's closed-loop throughput, for ctxd and for the baseline; ctxd's `/metrics`
 //!   histograms are scraped before and after every ctxd phase, and the p99 of
@@ -2622,7 +2628,10 @@ fn main() {
             let compare_phase = phases.next();
             println!("\n{HEADER}");
             println!("{}", fmt_row(&ctxd_phase, None));
-            for other in [&baseline_phase, &hop_phase].into_iter().chain(&compare_phase) {
+            for other in [&baseline_phase, &hop_phase]
+                .into_iter()
+                .chain(&compare_phase)
+            {
                 let ratio = ctxd_phase.throughput() / other.throughput();
                 println!("{}", fmt_row(other, Some(ratio)));
             }
@@ -2837,10 +2846,8 @@ fn main() {
             "concurrency": args.concurrency, "measured": ratio, "met": ratio >= 0.7}),
         );
         let cpu_us = run.ctxd.cpu_us_per_turn();
-        targets.push(
-            json!({"target": "ctxd CPU per 4-provider turn <= 120 us",
-            "measured_us": cpu_us, "met": cpu_us <= 120.0}),
-        );
+        targets.push(json!({"target": "ctxd CPU per 4-provider turn <= 120 us",
+            "measured_us": cpu_us, "met": cpu_us <= 120.0}));
     }
     for (run, hop) in runs
         .iter()
@@ -3011,7 +3018,11 @@ fn main() {
         std::fs::write(&chart_path, svg).unwrap();
         println!("wrote {}", chart_path.display());
         let points = scaling_points(&runs);
-        println!("\nscaling (closed loop, {} concurrent):\n{}", args.concurrency, scaling::table(&points));
+        println!(
+            "\nscaling (closed loop, {} concurrent):\n{}",
+            args.concurrency,
+            scaling::table(&points)
+        );
         let scaling_path = args.out.join("scaling.svg");
         let note = format!(
             "{cpus} CPUs shared by client, mock providers and the server; {} concurrent; {} s measured per point",

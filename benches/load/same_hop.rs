@@ -133,7 +133,11 @@ async fn turn(request: HttpRequest, body: web::Bytes, state: web::Data<Upstreams
     let mut layers = Vec::with_capacity(answers.len());
     let mut providers = Vec::with_capacity(answers.len());
     for (provider, answer) in answers {
-        let status = if answer.is_some() { "OK" } else { "UNAVAILABLE" };
+        let status = if answer.is_some() {
+            "OK"
+        } else {
+            "UNAVAILABLE"
+        };
         let items: Vec<Value> = answer.map_or_else(Vec::new, |answer| {
             answer
                 .items
@@ -150,8 +154,10 @@ async fn turn(request: HttpRequest, body: web::Bytes, state: web::Data<Upstreams
                 })
                 .collect()
         });
-        layers.push(json!({"id": format!("{provider}-layer"), "status": "INCLUDED",
-                           "required": false, "providers": [&provider]}));
+        layers.push(
+            json!({"id": format!("{provider}-layer"), "status": "INCLUDED",
+                           "required": false, "providers": [&provider]}),
+        );
         providers.push(json!({"id": provider, "status": status, "source": "LIVE",
                               "currentness": "CURRENT", "items": items}));
     }

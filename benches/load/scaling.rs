@@ -112,7 +112,11 @@ pub(crate) fn chart(points: &[Point], note: &str) -> String {
         ),
     ];
     let (x_lo, x_hi) = (
-        providers.iter().copied().fold(f64::INFINITY, f64::min).log2(),
+        providers
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min)
+            .log2(),
         providers.iter().copied().fold(0.0, f64::max).log2(),
     );
     let x_span = (x_hi - x_lo).max(1.0);

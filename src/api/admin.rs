@@ -43,7 +43,21 @@ fn no_admin_route() -> ApiError {
     }
 }
 
-async fn reload(
+#[utoipa::path(
+    post,
+    path = "/admin/reload",
+    summary = "Reload the config, Projects and Bindings (docs/OPERATIONS.md, Reload)",
+    tag = "operations",
+    security(("tenantKey" = [])),
+    responses(
+        (status = 200, description = "Reloaded: `status` and what changed (tenants, projects, bindings added, removed, changed, kept)", content_type = "application/json", body = Object),
+        (status = 401, description = "The admin key is missing or wrong (`UNAUTHORIZED`)", body = crate::contract::ErrorBody),
+        (status = 404, description = "The config sets no admin key: no such route (`NOT_FOUND`)", body = crate::contract::ErrorBody),
+        (status = 422, description = "The new config does not validate (`RELOAD_REFUSED`, with every problem in `problems`); the running set keeps serving", content_type = "application/json", body = Object),
+        (status = 503, description = "Shutting down (`RUNTIME_UNAVAILABLE`)", body = crate::contract::ErrorBody),
+    )
+)]
+pub(super) async fn reload(
     request: HttpRequest,
     state: web::Data<ApiState>,
 ) -> Result<HttpResponse, ApiError> {

@@ -49,6 +49,7 @@ pub(crate) const TENANT_KEY: &str = "tenantKey";
         super::ui::redirect_to_index,
         super::ui::index,
         super::ui::file,
+        super::admin::reload,
         openapi_json,
     ),
     components(schemas(
