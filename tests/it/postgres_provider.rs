@@ -3,6 +3,7 @@
 //! dropped after. Read-only is the server's doing: every write is refused by it.
 
 use crate::server::{Ctxd, Deployment, TenantSpec, layer_status, provider, turn};
+use crate::support::{POSTGRES_ADMIN_DSN as ADMIN_DSN, postgres_admin as admin};
 use ctxd::config::Binding;
 use ctxd::contract::{ProviderStatus, Source};
 use ctxd::outcome::Outcome;
@@ -17,17 +18,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_postgres::{Client, NoTls};
 
-const ADMIN_DSN: &str = "host=127.0.0.1 port=5432 user=postgres dbname=test";
 /// The lookup value of every test: it must never show in ctxd's logs.
 const CUSTOMER: &str = "CUST-7f3a9c-lookup-value";
-
-async fn admin() -> Client {
-    let (client, connection) = tokio_postgres::connect(ADMIN_DSN, NoTls)
-        .await
-        .expect("PostgreSQL runs on 127.0.0.1:5432 (.ci/run starts it)");
-    tokio::spawn(connection);
-    client
-}
 
 /// A schema with a random name holding `records`, dropped when the value drops.
 struct Schema {

@@ -35,3 +35,15 @@ pub fn write(path: &Path, text: &str) {
     }
     std::fs::write(path, text).unwrap();
 }
+
+/// The machine's PostgreSQL as its superuser (trust auth; `.ci/run` starts it).
+pub(crate) const POSTGRES_ADMIN_DSN: &str = "host=127.0.0.1 port=5432 user=postgres dbname=test";
+
+/// A connection to [`POSTGRES_ADMIN_DSN`], driven on the test's runtime.
+pub(crate) async fn postgres_admin() -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(POSTGRES_ADMIN_DSN, tokio_postgres::NoTls)
+        .await
+        .expect("PostgreSQL runs on 127.0.0.1:5432 (.ci/run starts it)");
+    tokio::spawn(connection);
+    client
+}

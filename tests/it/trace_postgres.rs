@@ -6,6 +6,7 @@
 
 use crate::provider_server::{ProviderServer, RunningProvider};
 use crate::server::{Ctxd, Deployment, TenantSpec, client, metrics_of, trace_of, turn};
+use crate::support::{POSTGRES_ADMIN_DSN as ADMIN_DSN, postgres_admin as admin};
 use crate::support::{ctxd as ctxd_cli, stderr_of, stdout_of};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,19 +15,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio_postgres::{Client, NoTls};
 
-const ADMIN_DSN: &str = "host=127.0.0.1 port=5432 user=postgres dbname=test";
 const KEY: &str = "acme-replica-key";
 const DIGEST_KEY: &str = "replicas-share-this-digest-key-0123456789";
 const VALUE: &str = "CUST-4242";
 const DSN_ENV: &str = "CTXD_TRACE_DSN";
-
-async fn admin() -> Client {
-    let (client, connection) = tokio_postgres::connect(ADMIN_DSN, NoTls)
-        .await
-        .expect("PostgreSQL runs on 127.0.0.1:5432 (.ci/run starts it)");
-    tokio::spawn(connection);
-    client
-}
 
 /// A schema of this test's own, dropped at the end; the replicas' DSN writes there.
 struct Schema {
