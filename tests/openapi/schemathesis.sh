@@ -26,8 +26,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The shipped config with absolute paths and a trace store of its own.
+# The shipped config with absolute paths, a trace store of its own and an admin key
+# (so `POST /admin/reload` is served as in a deployment that uses it; schemathesis
+# sends the tenant's key, never this one).
+export CTXD_SCHEMATHESIS_ADMIN_KEY="admin-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 sed -e "s|^store = .*|store = \"sqlite:$work/traces.db\"|" \
+    -e "s|^\[server\]\$|[server]\nadmin_key_env = \"CTXD_SCHEMATHESIS_ADMIN_KEY\"|" \
     -e "s|\"\.\./fixtures/|\"$root/fixtures/|" \
     -e "s|binding = \"bindings/|binding = \"$root/config/bindings/|" \
     config/ctxd.toml > "$work/ctxd.toml"
