@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 /// The lookup value of every test: it must never show in ctxd's logs.
 const CUSTOMER: &str = "CUST-7f3a9c-lookup-value";

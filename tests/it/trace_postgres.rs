@@ -13,7 +13,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio_postgres::{Client, NoTls};
 
 const KEY: &str = "acme-replica-key";
 const DIGEST_KEY: &str = "replicas-share-this-digest-key-0123456789";
