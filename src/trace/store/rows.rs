@@ -19,6 +19,22 @@ pub enum Queued {
     HandleOperation(Box<HandleOperationRow>),
 }
 
+impl Queued {
+    /// A writer batch split into its turns and its handle operations, each in queue
+    /// order: every store writes the two kinds to their own tables.
+    pub(crate) fn split(batch: &[Queued]) -> (Vec<&TraceRows>, Vec<&HandleOperationRow>) {
+        let mut turns = Vec::with_capacity(batch.len());
+        let mut operations = Vec::new();
+        for queued in batch {
+            match queued {
+                Queued::Turn(rows) => turns.push(&**rows),
+                Queued::HandleOperation(row) => operations.push(&**row),
+            }
+        }
+        (turns, operations)
+    }
+}
+
 /// A handle operation record, serialized off the writer thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandleOperationRow {

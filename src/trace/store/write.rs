@@ -140,14 +140,7 @@ impl TraceStore {
 
     /// Writes a writer batch — turns and handle operations — in one transaction.
     pub(crate) fn write_queued(&mut self, batch: &[Queued]) -> Result<Written, StoreError> {
-        let mut turns = Vec::with_capacity(batch.len());
-        let mut operations = Vec::new();
-        for queued in batch {
-            match queued {
-                Queued::Turn(rows) => turns.push(&**rows),
-                Queued::HandleOperation(row) => operations.push(&**row),
-            }
-        }
+        let (turns, operations) = Queued::split(batch);
         self.write_all(&turns, &operations)
     }
 
