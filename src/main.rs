@@ -4,6 +4,12 @@ use clap::Parser;
 use std::io::Write;
 use std::process::ExitCode;
 
+/// jemalloc, not the system allocator: a turn allocates and frees many small buffers on
+/// several threads, which glibc's malloc serves with locks and consolidation that cost
+/// a fifth of a turn's CPU (docs/PERFORMANCE.md, "Before/after: the allocator").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = ctxd::cli::Cli::parse();
     match ctxd::cli::run(cli) {
