@@ -355,12 +355,21 @@ impl OutcomeSource for ServedProviders<'_> {
             age: served.age,
         };
         let outcome = served.outcome;
+        let series = match self.mode {
+            Mode::Live => self
+                .runtime
+                .providers
+                .get(&invocation.provider_id)
+                .map(|handle| &handle.gate.series),
+            Mode::Fixtures => None,
+        };
         metrics::ProviderCallFinished {
             tenant: self.tenant,
             provider: &invocation.provider_id,
             status: outcome.status().as_str(),
             detail: outcome.detail(),
             duration: started.elapsed(),
+            series,
         }
         .emit();
         Ok((outcome, facts))

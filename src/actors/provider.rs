@@ -17,7 +17,7 @@ use crate::providers::redact::redacted;
 use crate::resilience::breaker::{
     Admission, Breaker, BreakerSnapshot, BreakerState, CallResult, Ticket, Transition,
 };
-use crate::telemetry::metrics::{ProviderBound, ProviderStateObserved};
+use crate::telemetry::metrics::{ProviderBound, ProviderSeries, ProviderStateObserved};
 use actix::prelude::*;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -33,7 +33,9 @@ pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(15);
 pub(crate) struct ProviderGate {
     tenant: String,
     provider: String,
-    implementation: Implementation,
+    /// Shared, not cloned, per call: an implementation holds compiled patterns whose
+    /// clones would each build a fresh match cache.
+    implementation: Arc<Implementation>,
     timeout: Duration,
     /// Bounds lookups in flight against this provider; a caller that finds none free
     /// fails fast with `OVERLOADED` instead of queueing.
@@ -51,6 +53,8 @@ pub(crate) struct ProviderGate {
     /// The circuit state as last published ([`NOT_PUBLISHED`] before the first time);
     /// under the breaker's lock too.
     published_circuit: AtomicU8,
+    /// Its metric series of fixed labels, found once.
+    pub(crate) series: ProviderSeries,
 }
 
 /// `published_circuit` before the gate's first publication.
@@ -76,7 +80,7 @@ fn circuit_of(code: u8) -> Option<BreakerState> {
 /// Permission to make one lookup: the implementation handle, a concurrency permit (held
 /// until the call ends) and the breaker ticket to report with.
 pub(crate) struct Grant {
-    pub(crate) implementation: Implementation,
+    pub(crate) implementation: Arc<Implementation>,
     pub(crate) permit: OwnedSemaphorePermit,
     pub(crate) ticket: Ticket,
     pub(crate) timeout: Duration,
@@ -104,7 +108,7 @@ impl ProviderGate {
         let gate = ProviderGate {
             tenant: tenant.to_owned(),
             provider: provider.to_owned(),
-            implementation,
+            implementation: Arc::new(implementation),
             timeout: binding.timeout,
             permits: Arc::new(Semaphore::new(binding.max_concurrency)),
             max_concurrency: binding.max_concurrency,
@@ -113,6 +117,7 @@ impl ProviderGate {
             described_version: Mutex::new(None),
             published_in_flight: AtomicUsize::new(0),
             published_circuit: AtomicU8::new(NOT_PUBLISHED),
+            series: ProviderSeries::new(tenant, provider),
         };
         // Its series exist from start-up: calls at zero, a closed circuit, none in flight.
         ProviderBound { tenant, provider }.emit();
@@ -145,7 +150,7 @@ impl ProviderGate {
         };
         self.observed(now);
         Ok(Grant {
-            implementation: self.implementation.clone(),
+            implementation: Arc::clone(&self.implementation),
             permit,
             ticket,
             timeout: self.timeout,
@@ -197,7 +202,7 @@ impl ProviderGate {
             in_flight: (before_in_flight, in_flight),
             circuit: (circuit_of(before_circuit), circuit),
         }
-        .emit();
+        .emit_to(&self.series);
         drop(breaker);
     }
 
@@ -238,7 +243,7 @@ impl ProviderActor {
             return;
         }
         self.probing = true;
-        let implementation = self.gate.implementation.clone();
+        let implementation = Arc::clone(&self.gate.implementation);
         let deadline = tokio::time::Instant::now() + self.gate.timeout;
         let probe = async move { implementation.probe(deadline).await };
         ctx.spawn(probe.into_actor(self).map(|result, actor, _| {

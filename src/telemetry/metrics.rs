@@ -284,6 +284,45 @@ impl TurnTimed<'_> {
     }
 }
 
+/// One provider gate's series whose labels never change — its calls in flight, its
+/// call durations and its calls answered `OK` — found once, when the gate is created,
+/// so that a call records into them instead of building labels and looking the series
+/// up in the registry.
+pub(crate) struct ProviderSeries {
+    in_flight: metrics::Gauge,
+    call_duration: metrics::Histogram,
+    calls_ok: metrics::Counter,
+}
+
+impl ProviderSeries {
+    pub(crate) fn new(tenant: &str, provider: &str) -> ProviderSeries {
+        let tenant_label = TENANT_LABEL.load(Ordering::Relaxed);
+        let provider = Label::new("provider", provider.to_owned());
+        let calls = vec![
+            provider.clone(),
+            Label::new("status", ProviderStatus::Ok.as_str()),
+            Label::new("detail", ""),
+        ];
+        ProviderSeries {
+            in_flight: metrics::gauge!(
+                PROVIDER_IN_FLIGHT,
+                labelled(tenant_label, tenant, vec![provider.clone()])
+            ),
+            call_duration: metrics::histogram!(
+                PROVIDER_CALL_DURATION,
+                labelled(tenant_label, tenant, vec![provider])
+            ),
+            calls_ok: metrics::counter!(PROVIDER_CALLS, labelled(tenant_label, tenant, calls)),
+        }
+    }
+}
+
+impl std::fmt::Debug for ProviderSeries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProviderSeries")
+    }
+}
+
 /// One provider call finished (or failed fast).
 pub(crate) struct ProviderCallFinished<'a> {
     pub(crate) tenant: &'a str,
@@ -291,10 +330,29 @@ pub(crate) struct ProviderCallFinished<'a> {
     pub(crate) status: &'static str,
     pub(crate) detail: Option<&'a str>,
     pub(crate) duration: Duration,
+    /// The bound provider's series (none in fixture mode).
+    pub(crate) series: Option<&'a ProviderSeries>,
 }
 
 impl ProviderCallFinished<'_> {
     pub(crate) fn emit(&self) {
+        if let Some(series) = self.series {
+            series.call_duration.record(self.duration.as_secs_f64());
+            if self.status == ProviderStatus::Ok.as_str() && self.detail.is_none() {
+                series.calls_ok.increment(1);
+                return;
+            }
+            let calls = with_tenant(
+                self.tenant,
+                vec![
+                    Label::new("provider", self.provider.to_owned()),
+                    Label::new("status", self.status),
+                    Label::new("detail", self.detail.unwrap_or("").to_owned()),
+                ],
+            );
+            metrics::counter!(PROVIDER_CALLS, calls).increment(1);
+            return;
+        }
         let provider = Label::new("provider", self.provider.to_owned());
         let calls = with_tenant(
             self.tenant,
@@ -365,29 +423,50 @@ pub(crate) struct ProviderStateObserved<'a> {
 }
 
 impl ProviderStateObserved<'_> {
-    pub(crate) fn emit(&self) {
-        self.emit_labelled(TENANT_LABEL.load(Ordering::Relaxed));
-    }
-
     /// Calls in flight as a delta, so the gauge sums every gate it covers (all tenants'
     /// without the tenant label); the circuit as a move between state counts, and — with
-    /// the tenant label — as the tenant's own state.
+    /// the tenant label — as the tenant's own state. With `tenant_label` given, not read
+    /// from the config, and the in-flight series looked up rather than the gate's.
+    #[cfg(test)]
     fn emit_labelled(&self, tenant_label: bool) {
-        let first = self.circuit.0.is_none();
-        let (before, now) = self.in_flight;
-        if before != now || first {
+        if self.in_flight_moved() {
             let labels = labelled(
                 tenant_label,
                 self.tenant,
                 vec![Label::new("provider", self.provider.to_owned())],
             );
-            let gauge = metrics::gauge!(PROVIDER_IN_FLIGHT, labels);
-            if now >= before {
-                gauge.increment((now - before) as f64);
-            } else {
-                gauge.decrement((before - now) as f64);
-            }
+            self.move_in_flight(&metrics::gauge!(PROVIDER_IN_FLIGHT, labels));
         }
+        self.emit_circuit(tenant_label);
+    }
+
+    /// Publishes the change: calls in flight as a delta in the gate's own series, so the
+    /// gauge sums every gate it covers (all tenants' without the tenant label); the
+    /// circuit as a move between state counts, and — with the tenant label — as the
+    /// tenant's own state.
+    pub(crate) fn emit_to(&self, series: &ProviderSeries) {
+        if self.in_flight_moved() {
+            self.move_in_flight(&series.in_flight);
+        }
+        self.emit_circuit(TENANT_LABEL.load(Ordering::Relaxed));
+    }
+
+    /// Whether calls in flight changed, or are published for the first time.
+    fn in_flight_moved(&self) -> bool {
+        let (before, now) = self.in_flight;
+        before != now || self.circuit.0.is_none()
+    }
+
+    fn move_in_flight(&self, gauge: &metrics::Gauge) {
+        let (before, now) = self.in_flight;
+        if now >= before {
+            gauge.increment((now - before) as f64);
+        } else {
+            gauge.decrement((before - now) as f64);
+        }
+    }
+
+    fn emit_circuit(&self, tenant_label: bool) {
         let (before, now) = self.circuit;
         if before == Some(now) {
             return;
@@ -527,6 +606,40 @@ mod tests {
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, run);
         handle.render()
+    }
+
+    #[test]
+    fn a_gates_series_and_looked_up_series_are_the_same_series() {
+        let text = exported(|| {
+            let series = ProviderSeries::new("acme", "crm");
+            let finished = |status: ProviderStatus, detail, series| ProviderCallFinished {
+                tenant: "acme",
+                provider: "crm",
+                status: status.as_str(),
+                detail,
+                duration: Duration::from_millis(3),
+                series,
+            };
+            finished(ProviderStatus::Ok, None, Some(&series)).emit();
+            finished(ProviderStatus::Ok, None, None).emit();
+            finished(ProviderStatus::Timeout, Some("DEADLINE"), Some(&series)).emit();
+            finished(ProviderStatus::Timeout, Some("DEADLINE"), None).emit();
+            observed("acme", (0, 2), (None, BreakerState::Closed)).emit_to(&series);
+            observed(
+                "acme",
+                (2, 1),
+                (Some(BreakerState::Closed), BreakerState::Closed),
+            )
+            .emit_labelled(false);
+        });
+        for expected in [
+            "ctxd_provider_calls_total{provider=\"crm\",status=\"OK\",detail=\"\"} 2\n",
+            "ctxd_provider_calls_total{provider=\"crm\",status=\"TIMEOUT\",detail=\"DEADLINE\"} 2\n",
+            "ctxd_provider_call_duration_seconds_count{provider=\"crm\"} 4\n",
+            "ctxd_provider_in_flight{provider=\"crm\"} 1\n",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
     }
 
     fn observed(
