@@ -1,27 +1,37 @@
 //! Canonical JSON and SHA-256 digests: the one way ctxd turns a value into a stable
 //! identity (build digests, binding digests, item fingerprints, rendered digests).
 
+use crate::contract::Item;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 /// `sha256:<64 hex>` of raw bytes.
 pub(crate) fn sha256_tagged(bytes: &[u8]) -> String {
-    format!("sha256:{}", sha256_hex(bytes))
+    tagged_hex("sha256:", &Sha256::digest(bytes))
 }
 
 /// Lowercase hex SHA-256 of raw bytes.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    tagged_hex("", &Sha256::digest(bytes))
+}
+
+/// `tag` followed by the lowercase hex of `bytes`, written in one allocation (digests
+/// are made several times per turn; `hex::encode` builds its text a char at a time).
+pub(crate) fn tagged_hex(tag: &str, bytes: &[u8]) -> String {
+    let mut text = vec![0; tag.len() + 2 * bytes.len()];
+    text[..tag.len()].copy_from_slice(tag.as_bytes());
+    hex::encode_to_slice(bytes, &mut text[tag.len()..]).expect("the slice is twice the bytes");
+    String::from_utf8(text).expect("a tag and hex digits are UTF-8")
 }
 
 /// Canonical JSON: object keys sorted by their UTF-8 bytes, no insignificant whitespace,
 /// strings and numbers as serde_json writes them. Key order and formatting of the input
 /// never change the output.
 pub(crate) fn canonical_json(value: &Value) -> String {
-    let mut out = String::with_capacity(128);
+    let mut out = Vec::with_capacity(128);
     write_canonical(value, &mut out);
-    out
+    String::from_utf8(out).expect("JSON text is UTF-8")
 }
 
 /// Canonical JSON of any serializable value.
@@ -35,39 +45,67 @@ pub fn canonical_digest<T: Serialize>(value: &T) -> String {
     sha256_tagged(canonical_json_of(value).as_bytes())
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+/// An item's fingerprint: exactly [`canonical_digest`] of the item, written from its
+/// fields — whose JSON names (`content`, `id`, `metadata`, `title`, `updatedAt`) are
+/// already in canonical order — instead of through a copy of it as a JSON value. Every
+/// item of every answer is fingerprinted once per turn.
+pub(crate) fn item_fingerprint(item: &Item) -> String {
+    let mut out = Vec::with_capacity(item.content.len() + item.id.len() + 64);
+    out.extend_from_slice(b"{\"content\":");
+    write_string(&item.content, &mut out);
+    out.extend_from_slice(b",\"id\":");
+    write_string(&item.id, &mut out);
+    if !item.metadata.is_empty() {
+        out.extend_from_slice(b",\"metadata\":");
+        write_object(&item.metadata, &mut out);
+    }
+    if let Some(title) = &item.title {
+        out.extend_from_slice(b",\"title\":");
+        write_string(title, &mut out);
+    }
+    if let Some(updated_at) = &item.updated_at {
+        out.extend_from_slice(b",\"updatedAt\":");
+        write_string(updated_at, &mut out);
+    }
+    out.push(b'}');
+    sha256_tagged(&out)
+}
+
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
-        Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push('{');
-            for (i, (key, value)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_string(key, out);
-                out.push(':');
-                write_canonical(value, out);
-            }
-            out.push('}');
-        }
+        Value::Object(map) => write_object(map, out),
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
         Value::String(s) => write_string(s, out),
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => serde_json::to_writer(&mut *out, scalar).expect("scalars always serialize"),
     }
 }
 
-fn write_string(s: &str, out: &mut String) {
-    out.push_str(&serde_json::to_string(s).expect("strings always serialize"));
+fn write_object(map: &Map<String, Value>, out: &mut Vec<u8>) {
+    let mut entries: Vec<_> = map.iter().collect();
+    entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    out.push(b'{');
+    for (i, (key, value)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_string(key, out);
+        out.push(b':');
+        write_canonical(value, out);
+    }
+    out.push(b'}');
+}
+
+fn write_string(s: &str, out: &mut Vec<u8>) {
+    serde_json::to_writer(&mut *out, s).expect("strings always serialize");
 }
 
 #[cfg(test)]
@@ -100,6 +138,52 @@ mod tests {
         assert_eq!(
             canonical_json(&json!({"k\"": "line\nbreak"})),
             r#"{"k\"":"line\nbreak"}"#
+        );
+    }
+
+    fn item(title: Option<&str>, metadata: Value, updated_at: Option<&str>) -> Item {
+        Item {
+            id: "CUST-7391 \"quoted\" é".to_owned(),
+            title: title.map(str::to_owned),
+            content: "line\nbreak\ttab \u{1} ünï 😀 </fence>".to_owned(),
+            metadata: serde_json::from_value(metadata).unwrap(),
+            updated_at: updated_at.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn item_fingerprints_are_the_canonical_digest_of_the_item() {
+        let metadata = json!({
+            "zeta": [3, 1.5, -2, 1e300, null, true, {"b": "x", "a": {"ü": 1, "u": 2}}],
+            "Alpha": "x\u{7f}y",
+            "": {},
+            "tier": "gold"
+        });
+        for item in [
+            item(None, json!({}), None),
+            item(Some("Title \"t\""), json!({}), None),
+            item(None, metadata.clone(), None),
+            item(None, json!({}), Some("2026-11-30T10:00:00Z")),
+            item(Some(""), metadata, Some("")),
+            Item {
+                id: String::new(),
+                title: None,
+                content: String::new(),
+                metadata: Default::default(),
+                updated_at: None,
+            },
+        ] {
+            assert_eq!(item_fingerprint(&item), canonical_digest(&item), "{item:?}");
+        }
+    }
+
+    #[test]
+    fn tagged_hex_is_the_tag_and_lowercase_hex() {
+        assert_eq!(tagged_hex("sha256:", &[0x00, 0xab, 0xff]), "sha256:00abff");
+        assert_eq!(tagged_hex("", &[]), "");
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
     }
 

@@ -4,7 +4,7 @@
 //! one invocation of a turn's plan with its outcome and the facts provenance needs.
 
 use crate::contract::{Currentness, Item, ProviderStatus, RedactionCounts, Source, VersionSource};
-use crate::digest::canonical_digest;
+use crate::digest::item_fingerprint;
 use crate::gate::Invocation;
 use std::time::{Duration, SystemTime};
 
@@ -447,7 +447,7 @@ pub struct Call {
 
 impl Call {
     pub fn new(invocation: Invocation, outcome: Outcome, facts: CallFacts) -> Call {
-        let fingerprints = outcome.items_found().iter().map(canonical_digest).collect();
+        let fingerprints = outcome.items_found().iter().map(item_fingerprint).collect();
         Call {
             invocation,
             outcome,

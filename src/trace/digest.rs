@@ -2,6 +2,7 @@
 //! `<provider>/item-<16 hex>` that never reveal a record id, and request digests that
 //! let a replay verify its inputs without storing them.
 
+use crate::digest::tagged_hex;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use std::fmt;
@@ -14,9 +15,10 @@ pub(crate) const MIN_KEY_BYTES: usize = 32;
 /// File name of a generated key, beside the trace store.
 pub(crate) const GENERATED_KEY_FILE: &str = "digest.key";
 
-/// The deployment's HMAC key. Never printed.
+/// The deployment's HMAC key, kept as HMAC's keyed state (the key's inner and outer
+/// pads already hashed), so a digest costs only its own message's blocks. Never printed.
 #[derive(Clone)]
-pub struct DigestKey(Vec<u8>);
+pub struct DigestKey(HmacSha256);
 
 impl fmt::Debug for DigestKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -45,7 +47,7 @@ impl DigestKey {
         if bytes.len() < MIN_KEY_BYTES {
             return Err(DigestKeyError::TooShort("the key".to_owned()));
         }
-        Ok(DigestKey(bytes))
+        Ok(DigestKey::with_key(&bytes))
     }
 
     /// The key from `env_name`; when unset and `generate` is allowed, the key kept in
@@ -57,7 +59,9 @@ impl DigestKey {
         key_dir: &Path,
     ) -> Result<DigestKey, DigestKeyError> {
         match env_value {
-            Some(value) if value.len() >= MIN_KEY_BYTES => Ok(DigestKey(value.as_bytes().to_vec())),
+            Some(value) if value.len() >= MIN_KEY_BYTES => {
+                Ok(DigestKey::with_key(value.as_bytes()))
+            }
             Some(_) => Err(DigestKeyError::TooShort(env_name.to_owned())),
             None if generate => Self::generated(&key_dir.join(GENERATED_KEY_FILE)),
             None => Err(DigestKeyError::Missing(env_name.to_owned())),
@@ -70,7 +74,7 @@ impl DigestKey {
             source,
         };
         match std::fs::read(path) {
-            Ok(bytes) if bytes.len() >= MIN_KEY_BYTES => return Ok(DigestKey(bytes)),
+            Ok(bytes) if bytes.len() >= MIN_KEY_BYTES => return Ok(DigestKey::with_key(&bytes)),
             Ok(_) => return Err(DigestKeyError::TooShort(path.display().to_string())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(file_error(e)),
@@ -84,35 +88,41 @@ impl DigestKey {
         write_new_private_file(path, &key).map_err(file_error)?;
         // Another process may have won the race: the file on disk is the key.
         let bytes = std::fs::read(path).map_err(file_error)?;
-        Ok(DigestKey(bytes))
+        Ok(DigestKey::with_key(&bytes))
+    }
+
+    fn with_key(bytes: &[u8]) -> DigestKey {
+        DigestKey(
+            <HmacSha256 as KeyInit>::new_from_slice(bytes).expect("HMAC accepts any key length"),
+        )
     }
 
     fn mac(&self) -> HmacSha256 {
-        <HmacSha256 as KeyInit>::new_from_slice(&self.0).expect("HMAC accepts any key length")
+        self.0.clone()
     }
 
-    /// HMAC-SHA256 over length-prefixed parts, as lowercase hex.
-    pub(crate) fn keyed_hex(&self, parts: &[&[u8]]) -> String {
+    /// HMAC-SHA256 over length-prefixed parts.
+    fn keyed(&self, parts: &[&[u8]]) -> [u8; 32] {
         let mut mac = self.mac();
         for part in parts {
             mac.update(&(part.len() as u64).to_be_bytes());
             mac.update(part);
         }
-        hex::encode(mac.finalize().into_bytes())
+        mac.finalize().into_bytes().into()
     }
 
     /// `<provider>/item-<16 hex>`: stable for the same provider and record id under one
     /// key, and reveals nothing of the id.
     pub fn locator(&self, provider: &str, item_id: &str) -> String {
-        let digest = self.keyed_hex(&[b"ctxd-locator", provider.as_bytes(), item_id.as_bytes()]);
-        format!("{provider}/item-{}", &digest[..16])
+        let digest = self.keyed(&[b"ctxd-locator", provider.as_bytes(), item_id.as_bytes()]);
+        tagged_hex(&format!("{provider}/item-"), &digest[..8])
     }
 
     /// `hmac-sha256:<hex>` of one turn input (key name and value): a replay proves it
     /// has the original inputs without the store ever holding them.
     pub fn input_digest(&self, key: &str, value: &str) -> String {
-        let digest = self.keyed_hex(&[b"ctxd-input", key.as_bytes(), value.as_bytes()]);
-        format!("hmac-sha256:{digest}")
+        let digest = self.keyed(&[b"ctxd-input", key.as_bytes(), value.as_bytes()]);
+        tagged_hex("hmac-sha256:", &digest)
     }
 
     /// A 32-byte key derived for one purpose (e.g. `ctxd-retention` encrypts retained
@@ -126,13 +136,13 @@ impl DigestKey {
 
     /// `hmac-sha256:<hex>` of one lookup request (provider, key name, value).
     pub fn request_digest(&self, provider: &str, key: &str, value: &str) -> String {
-        let digest = self.keyed_hex(&[
+        let digest = self.keyed(&[
             b"ctxd-request",
             provider.as_bytes(),
             key.as_bytes(),
             value.as_bytes(),
         ]);
-        format!("hmac-sha256:{digest}")
+        tagged_hex("hmac-sha256:", &digest)
     }
 }
 
@@ -205,7 +215,7 @@ mod tests {
     #[test]
     fn parts_are_length_prefixed() {
         let k = key(3);
-        assert_ne!(k.keyed_hex(&[b"ab", b"c"]), k.keyed_hex(&[b"a", b"bc"]));
+        assert_ne!(k.keyed(&[b"ab", b"c"]), k.keyed(&[b"a", b"bc"]));
     }
 
     #[test]

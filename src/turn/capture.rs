@@ -122,7 +122,17 @@ impl Answered<'_> {
                 .iter()
                 .zip(fingerprints)
                 .map(|(item, fingerprint)| ItemRecord {
-                    locator: key.locator(&spec.id, &item.id),
+                    locator: match self.locator_reported(&spec.id, fingerprint) {
+                        Some(reported) => {
+                            debug_assert_eq!(
+                                reported,
+                                key.locator(&spec.id, &item.id),
+                                "the kernel keys locators with the capture's key"
+                            );
+                            reported.to_owned()
+                        }
+                        None => key.locator(&spec.id, &item.id),
+                    },
                     fingerprint: fingerprint.clone(),
                     bytes: item.content.len(),
                 })
@@ -176,6 +186,18 @@ impl Answered<'_> {
                 content_retained: setting.retention == Retention::Content
                     && !fingerprints.is_empty(),
             },
+        })
+    }
+
+    /// The locator the kernel already reported for `provider`'s rendered item of
+    /// `fingerprint`: the same item of the same provider has the same locator, so it is
+    /// not keyed again.
+    fn locator_reported(&self, provider: &str, fingerprint: &str) -> Option<&str> {
+        self.result.selections.iter().find_map(|s| {
+            (s.provider.as_deref() == Some(provider)
+                && s.fingerprint.as_deref() == Some(fingerprint))
+            .then_some(s.locator.as_deref())
+            .flatten()
         })
     }
 
