@@ -21,8 +21,10 @@ use zstd::zstd_safe::{CCtx, CDict, DCtx, DDict};
 /// The first byte of a compressed body.
 const FORMAT_ZSTD_DICTIONARY: u8 = 1;
 const HEADER_BYTES: usize = 1 + 8 + 4;
-/// zstd's level: its fast default, a few microseconds for a record.
-const LEVEL: i32 = 3;
+/// zstd's level: its fastest standard strategy. Against the build's dictionary a turn's
+/// records compress nearly as well as at the default level 3, for about half the CPU
+/// on the turn's thread (docs/PERFORMANCE.md).
+const LEVEL: i32 = 1;
 /// The most of an exemplar turn a dictionary keeps.
 const MAX_DICTIONARY_BYTES: usize = 32 * 1024;
 /// Dictionaries a process keeps for encoding; beyond it they are made again.
