@@ -162,6 +162,81 @@ fn turns_round_trip_with_all_provider_records_in_order() {
 }
 
 #[test]
+fn a_turn_with_more_rows_than_one_insert_writes_every_row_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, path) = store_in(dir.path());
+    let providers: Vec<String> = (0..19).map(|i| format!("provider-{i:02}")).collect();
+    let layers: Vec<String> = (0..17).map(|i| format!("layer-{i:02}")).collect();
+    let statuses = [
+        ProviderStatus::Ok,
+        ProviderStatus::Timeout,
+        ProviderStatus::NotFound,
+    ];
+    let provider_specs: Vec<(&str, ProviderStatus)> = providers
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.as_str(), statuses[i % 3]))
+        .collect();
+    let layer_specs: Vec<(&str, LayerStatus)> = layers
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let status = if i % 2 == 0 {
+                LayerStatus::Included
+            } else {
+                LayerStatus::Unavailable
+            };
+            (l.as_str(), status)
+        })
+        .collect();
+    let wide = testing::simple(
+        &key(),
+        "turn-wide",
+        "acme",
+        1_000,
+        &provider_specs,
+        &layer_specs,
+    );
+    let narrow = simple("turn-narrow", "acme", &[("orders", ProviderStatus::Ok)]);
+    store.write_batch(&[wide.clone(), narrow]).unwrap();
+
+    let stored = TraceReader::open(&path, None)
+        .unwrap()
+        .turn(Some("acme"), "turn-wide")
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.turn, wide.turn);
+    assert_eq!(stored.providers, wide.providers);
+    let conn = Connection::open(&path).unwrap();
+    let column = |sql: &str| -> Vec<String> {
+        let mut statement = conn.prepare(sql).unwrap();
+        statement
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(
+        column("SELECT layer FROM layer_decisions WHERE turn_seq = 1 ORDER BY rowid"),
+        layers
+    );
+    assert_eq!(
+        column("SELECT provider FROM provider_records WHERE turn_seq = 1 ORDER BY rowid"),
+        providers
+    );
+    assert_eq!(
+        column("SELECT status FROM provider_records WHERE turn_seq = 1 ORDER BY rowid"),
+        (0..19)
+            .map(|i| statuses[i % 3].as_str().to_owned())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        column("SELECT layer FROM layer_decisions WHERE turn_seq = 2"),
+        ["profile"]
+    );
+}
+
+#[test]
 fn a_turn_written_twice_is_stored_once() {
     let dir = tempfile::tempdir().unwrap();
     let (mut store, path) = store_in(dir.path());
