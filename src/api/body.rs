@@ -84,6 +84,11 @@ pub(super) fn parse_body<T: serde::de::DeserializeOwned>(
     body: &[u8],
     what: &str,
 ) -> Result<T, ApiError> {
+    // Most bodies are valid: parse them without tracking the path, and parse again with
+    // it only to say where a bad body goes wrong.
+    if let Ok(value) = serde_json::from_slice(body) {
+        return Ok(value);
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let path = shortened(&e.path().to_string());

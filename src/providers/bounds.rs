@@ -135,18 +135,33 @@ fn check_validity(index: usize, item: &Item) -> Result<(), BoundsViolation> {
 }
 
 fn check_size(index: usize, item: &Item) -> Result<(), BoundsViolation> {
-    let bytes = serde_json::to_vec(item).map_err(|_| BoundsViolation::InvalidItem {
+    let mut counted = ByteCount(0);
+    serde_json::to_writer(&mut counted, item).map_err(|_| BoundsViolation::InvalidItem {
         index,
         problem: "cannot be serialized",
     })?;
-    if bytes.len() > MAX_ITEM_BYTES {
+    if counted.0 > MAX_ITEM_BYTES {
         return Err(BoundsViolation::ItemTooLarge {
             index,
-            bytes: bytes.len(),
+            bytes: counted.0,
             limit: MAX_ITEM_BYTES,
         });
     }
     Ok(())
+}
+
+/// Counts what is written to it: an item's serialized size without building its text.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn check_secrets(index: usize, item: &Item) -> Result<(), BoundsViolation> {
