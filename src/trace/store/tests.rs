@@ -162,7 +162,7 @@ fn turns_round_trip_with_all_provider_records_in_order() {
 }
 
 #[test]
-fn a_turn_with_more_rows_than_one_insert_writes_every_row_in_order() {
+fn a_turn_with_many_layers_and_providers_writes_every_row_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let (mut store, path) = store_in(dir.path());
     let providers: Vec<String> = (0..19).map(|i| format!("provider-{i:02}")).collect();

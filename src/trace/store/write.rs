@@ -8,54 +8,20 @@ use super::schema::{BUSY_TIMEOUT, STATEMENT_CACHE, migrate};
 use crate::trace::digest::DigestKey;
 use crate::trace::record::TurnTrace;
 use crate::trace::upkeep::StoreUsage;
-use rusqlite::{
-    CachedStatement, Connection, OpenFlags, ToSql, TransactionBehavior, params, params_from_iter,
-};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior, params};
 use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
 
 /// Build digests remembered as written, so a build is not re-sent with every turn.
 const KNOWN_BUILDS_CAP: usize = 4096;
 
 const INSERT_TURN: &str = "INSERT INTO turns (turn_id, tenant, project, build_digest, blocked, rendered_digest, started_at_ms, duration_ms, record)
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (turn_id) DO NOTHING";
-/// Rows one `INSERT` writes at most: a turn's layer decisions, and its provider records,
-/// go in as few statements as this allows rather than one statement each.
-const ROWS_PER_INSERT: usize = 8;
-static INSERT_LAYERS: LazyLock<MultiRowInsert> = LazyLock::new(|| {
-    MultiRowInsert::new(
-        "INSERT INTO layer_decisions (turn_seq, tenant, layer, status, reason)",
-        5,
-    )
-});
-static INSERT_PROVIDERS: LazyLock<MultiRowInsert> = LazyLock::new(|| {
-    MultiRowInsert::new(
-        "INSERT INTO provider_records (turn_seq, tenant, provider, status, observed_at_ms, record)",
-        6,
-    )
-});
-
-/// The texts of one table's `INSERT … VALUES (…), (…)` for 1 to [`ROWS_PER_INSERT`] rows.
-struct MultiRowInsert {
-    by_rows: Vec<String>,
-}
-
-impl MultiRowInsert {
-    fn new(head: &str, columns: usize) -> MultiRowInsert {
-        let row = format!("({})", vec!["?"; columns].join(", "));
-        MultiRowInsert {
-            by_rows: (1..=ROWS_PER_INSERT)
-                .map(|rows| format!("{head} VALUES {}", vec![row.as_str(); rows].join(", ")))
-                .collect(),
-        }
-    }
-
-    fn sql(&self, rows: usize) -> &str {
-        &self.by_rows[rows - 1]
-    }
-}
+const INSERT_LAYER: &str = "INSERT INTO layer_decisions (turn_seq, tenant, layer, status, reason) VALUES (?1, ?2, ?3, ?4, ?5)";
+const INSERT_PROVIDER: &str =
+    "INSERT INTO provider_records (turn_seq, tenant, provider, status, observed_at_ms, record)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 /// Stored once per tenant and fingerprint: a second write only moves the expiry later.
 const UPSERT_RETAINED: &str =
     "INSERT INTO retained_content (tenant, fingerprint, ciphertext, expires_at_ms)
@@ -198,11 +164,8 @@ impl TraceStore {
             };
             let mut insert_turn = prepare(INSERT_TURN)?;
             let mut insert_operation = prepare(INSERT_HANDLE_OPERATION)?;
-            // Prepared when first needed in this batch, by number of rows.
-            let mut insert_layers: [Option<CachedStatement<'_>>; ROWS_PER_INSERT] =
-                std::array::from_fn(|_| None);
-            let mut insert_providers: [Option<CachedStatement<'_>>; ROWS_PER_INSERT] =
-                std::array::from_fn(|_| None);
+            let mut insert_layer = prepare(INSERT_LAYER)?;
+            let mut insert_provider = prepare(INSERT_PROVIDER)?;
             let mut upsert_retained = prepare(UPSERT_RETAINED)?;
             let mut insert_build = prepare(INSERT_BUILD)?;
             let mut insert_dictionary = prepare(INSERT_DICTIONARY)?;
@@ -247,45 +210,29 @@ impl TraceStore {
                 }
                 let seq = tx.last_insert_rowid();
                 written.turns += 1;
-                for chunk in rows.layers.chunks(ROWS_PER_INSERT) {
-                    let mut values: Vec<&dyn ToSql> = Vec::with_capacity(chunk.len() * 5);
-                    for layer in chunk {
-                        values.extend([
-                            &seq as &dyn ToSql,
-                            &turn.tenant,
-                            &layer.layer,
-                            &layer.status,
-                            &layer.reason,
-                        ]);
-                    }
-                    let statement = match &mut insert_layers[chunk.len() - 1] {
-                        Some(statement) => statement,
-                        empty => empty.insert(prepare(INSERT_LAYERS.sql(chunk.len()))?),
-                    };
-                    statement
-                        .execute(params_from_iter(values))
+                for layer in &rows.layers {
+                    insert_layer
+                        .execute(params![
+                            seq,
+                            turn.tenant,
+                            layer.layer,
+                            layer.status,
+                            layer.reason
+                        ])
                         .map_err(sqlite(&path, "insert a layer decision"))?;
                 }
-                for chunk in rows.providers.chunks(ROWS_PER_INSERT) {
-                    let mut values: Vec<&dyn ToSql> = Vec::with_capacity(chunk.len() * 6);
-                    for provider in chunk {
-                        values.extend([
-                            &seq as &dyn ToSql,
-                            &turn.tenant,
-                            &provider.provider,
-                            &provider.status,
-                            &provider.observed_at_ms,
-                            &provider.record,
-                        ]);
-                    }
-                    let statement = match &mut insert_providers[chunk.len() - 1] {
-                        Some(statement) => statement,
-                        empty => empty.insert(prepare(INSERT_PROVIDERS.sql(chunk.len()))?),
-                    };
-                    statement
-                        .execute(params_from_iter(values))
+                for provider in &rows.providers {
+                    insert_provider
+                        .execute(params![
+                            seq,
+                            turn.tenant,
+                            provider.provider,
+                            provider.status,
+                            provider.observed_at_ms,
+                            provider.record,
+                        ])
                         .map_err(sqlite(&path, "insert a provider record"))?;
-                    written.provider_records += chunk.len() as u64;
+                    written.provider_records += 1;
                 }
                 for retained in &rows.retained {
                     upsert_retained
