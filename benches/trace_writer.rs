@@ -597,7 +597,7 @@ fn main() {
     let baseline_rps = median(baseline_runs.iter().map(Run::records_per_second).collect());
     let ratio = writer_rps / baseline_rps;
     println!(
-        "median: writer {writer_rps:.0} records/s, baseline {baseline_rps:.0} records/s, ratio {ratio:.3} (target >= 0.8)"
+        "median: writer {writer_rps:.0} records/s, baseline {baseline_rps:.0} records/s, ratio {ratio:.3} (target >= 0.9)"
     );
     let report = serde_json::json!({
         "bench": "trace_writer",
@@ -616,7 +616,7 @@ fn main() {
             "seconds": baseline_runs.iter().map(|r| r.seconds).collect::<Vec<_>>(),
         },
         "ratio": ratio,
-        "target_ratio": 0.8,
+        "target_ratio": 0.9,
     });
     let out = bench_dir.join("trace_writer.json");
     std::fs::write(&out, serde_json::to_string_pretty(&report).unwrap()).unwrap();
