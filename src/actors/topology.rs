@@ -276,6 +276,26 @@ fn refuse_or_warn(
     Ok(())
 }
 
+/// The deployment's problems that concern `mode` (in fixtures mode, only those of the
+/// files it reads), each with the id of its tenant when it has one.
+fn problems_in_mode<'a>(
+    config: &'a ServerConfig,
+    deployment: &'a Deployment,
+    mode: Mode,
+) -> impl Iterator<Item = (&'a DeploymentProblem, Option<&'a str>)> {
+    deployment
+        .problems
+        .iter()
+        .filter(move |problem| mode == Mode::Live || !problem.kind.concerns_bindings())
+        .map(|problem| {
+            let tenant = problem
+                .tenant
+                .and_then(|index| config.tenants.get(index))
+                .map(|tenant| tenant.id.as_str());
+            (problem, tenant)
+        })
+}
+
 /// The deployment's fatal problems, each as `validate` prints it (with its tenant); in
 /// fixtures mode, only those of the files it reads.
 pub(super) fn fatal_problems(
@@ -283,40 +303,20 @@ pub(super) fn fatal_problems(
     deployment: &Deployment,
     mode: Mode,
 ) -> Vec<String> {
-    let tenant_id = |problem: &DeploymentProblem| {
-        problem
-            .tenant
-            .and_then(|index| config.tenants.get(index))
-            .map(|tenant| tenant.id.as_str())
-    };
-    let applies =
-        |problem: &&DeploymentProblem| mode == Mode::Live || !problem.kind.concerns_bindings();
-    let refused: Vec<String> = deployment
-        .problems
-        .iter()
-        .filter(applies)
-        .filter(|p| p.severity() == Severity::Fatal)
-        .map(|p| match tenant_id(p) {
-            Some(tenant) => format!("tenant {tenant}: {p}"),
-            None => p.to_string(),
+    problems_in_mode(config, deployment, mode)
+        .filter(|(problem, _)| problem.severity() == Severity::Fatal)
+        .map(|(problem, tenant)| match tenant {
+            Some(tenant) => format!("tenant {tenant}: {problem}"),
+            None => problem.to_string(),
         })
-        .collect();
-    refused
+        .collect()
 }
 
 /// Logs every provider a project needs that its binding does not serve.
 pub(super) fn warn_unbound(config: &ServerConfig, deployment: &Deployment, mode: Mode) {
-    let tenant_id = |problem: &DeploymentProblem| {
-        problem
-            .tenant
-            .and_then(|index| config.tenants.get(index))
-            .map(|tenant| tenant.id.as_str())
-    };
-    let applies =
-        |problem: &&DeploymentProblem| mode == Mode::Live || !problem.kind.concerns_bindings();
-    for problem in deployment.problems.iter().filter(applies) {
+    for (problem, tenant) in problems_in_mode(config, deployment, mode) {
         if let ProblemKind::Unbound { provider, .. } = &problem.kind {
-            tracing::warn!(tenant = %tenant_id(problem).unwrap_or_default(), provider = %provider, "provider has no binding; its layers will be NOT_BOUND");
+            tracing::warn!(tenant = %tenant.unwrap_or_default(), provider = %provider, "provider has no binding; its layers will be NOT_BOUND");
         }
     }
 }
