@@ -325,6 +325,11 @@ impl OutcomeSource for ServedProviders<'_> {
 
     async fn answer(&self, invocation: &Invocation) -> Result<(Outcome, CallFacts), Infallible> {
         let started = Instant::now();
+        // The bound provider, looked up once (none in fixture mode).
+        let bound = match self.mode {
+            Mode::Live => self.runtime.providers.get(&invocation.provider_id),
+            Mode::Fixtures => None,
+        };
         let served = match self.mode {
             Mode::Fixtures => {
                 let fixture = fixture_by_value(&self.runtime.project, invocation);
@@ -332,7 +337,7 @@ impl OutcomeSource for ServedProviders<'_> {
                 let source = outcome.version.is_some().then_some(VersionSource::Response);
                 Served::now(outcome, source)
             }
-            Mode::Live => match self.runtime.providers.get(&invocation.provider_id) {
+            Mode::Live => match bound {
                 // Gating only plans bound providers.
                 None => Served::now(Outcome::failed(Failure::NotBound, Source::Live), None),
                 Some(handle) => match &handle.cache {
@@ -355,21 +360,13 @@ impl OutcomeSource for ServedProviders<'_> {
             age: served.age,
         };
         let outcome = served.outcome;
-        let series = match self.mode {
-            Mode::Live => self
-                .runtime
-                .providers
-                .get(&invocation.provider_id)
-                .map(|handle| &handle.gate.series),
-            Mode::Fixtures => None,
-        };
         metrics::ProviderCallFinished {
             tenant: self.tenant,
             provider: &invocation.provider_id,
             status: outcome.status().as_str(),
             detail: outcome.detail(),
             duration: started.elapsed(),
-            series,
+            series: bound.map(|handle| &handle.gate.series),
         }
         .emit();
         Ok((outcome, facts))
