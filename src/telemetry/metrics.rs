@@ -299,7 +299,10 @@ pub(crate) struct ProviderSeries {
 
 impl ProviderSeries {
     pub(crate) fn new(tenant: &str, provider: &str) -> ProviderSeries {
-        let tenant_label = TENANT_LABEL.load(Ordering::Relaxed);
+        ProviderSeries::labelled(TENANT_LABEL.load(Ordering::Relaxed), tenant, provider)
+    }
+
+    fn labelled(tenant_label: bool, tenant: &str, provider: &str) -> ProviderSeries {
         let provider = Label::new("provider", provider.to_owned());
         let calls = vec![
             provider.clone(),
@@ -420,21 +423,11 @@ pub(crate) struct ProviderStateObserved<'a> {
 }
 
 impl ProviderStateObserved<'_> {
-    /// Calls in flight as a delta, so the gauge sums every gate it covers (all tenants'
-    /// without the tenant label); the circuit as a move between state counts, and — with
-    /// the tenant label — as the tenant's own state. With `tenant_label` given, not read
-    /// from the config, and the in-flight series looked up rather than the gate's.
+    /// As [`Self::emit_to`], with `tenant_label` given rather than read from the config.
     #[cfg(test)]
     fn emit_labelled(&self, tenant_label: bool) {
-        if self.in_flight_moved() {
-            let labels = labelled(
-                tenant_label,
-                self.tenant,
-                vec![Label::new("provider", self.provider.to_owned())],
-            );
-            self.move_in_flight(&metrics::gauge!(PROVIDER_IN_FLIGHT, labels));
-        }
-        self.emit_circuit(tenant_label);
+        let series = ProviderSeries::labelled(tenant_label, self.tenant, self.provider);
+        self.emit_with(&series, tenant_label);
     }
 
     /// Publishes the change: calls in flight as a delta in the gate's own series, so the
@@ -442,25 +435,20 @@ impl ProviderStateObserved<'_> {
     /// circuit as a move between state counts, and — with the tenant label — as the
     /// tenant's own state.
     pub(crate) fn emit_to(&self, series: &ProviderSeries) {
-        if self.in_flight_moved() {
-            self.move_in_flight(&series.in_flight);
-        }
-        self.emit_circuit(TENANT_LABEL.load(Ordering::Relaxed));
+        self.emit_with(series, TENANT_LABEL.load(Ordering::Relaxed));
     }
 
-    /// Whether calls in flight changed, or are published for the first time.
-    fn in_flight_moved(&self) -> bool {
+    fn emit_with(&self, series: &ProviderSeries, tenant_label: bool) {
         let (before, now) = self.in_flight;
-        before != now || self.circuit.0.is_none()
-    }
-
-    fn move_in_flight(&self, gauge: &metrics::Gauge) {
-        let (before, now) = self.in_flight;
-        if now >= before {
-            gauge.increment((now - before) as f64);
-        } else {
-            gauge.decrement((before - now) as f64);
+        // The first publication registers the series, even at zero.
+        if before != now || self.circuit.0.is_none() {
+            if now >= before {
+                series.in_flight.increment((now - before) as f64);
+            } else {
+                series.in_flight.decrement((before - now) as f64);
+            }
         }
+        self.emit_circuit(tenant_label);
     }
 
     fn emit_circuit(&self, tenant_label: bool) {
