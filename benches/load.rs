@@ -884,20 +884,7 @@ impl Target {
                     .map(|(k, url)| {
                         let value = value.as_str();
                         Box::pin(async move {
-                            let request = LookupRequest::new(
-                                &format!("p{}", k + 1),
-                                "customerId",
-                                value,
-                                LIMIT,
-                            );
-                            let body = serde_json::to_vec(&request).unwrap();
-                            let response = self
-                                .client
-                                .post(url)
-                                .header("content-type", "application/json")
-                                .header("accept", "application/json")
-                                .bearer_auth(PROVIDER_SECRET)
-                                .body(body)
+                            let response = mock_lookup(&self.client, url, k, value)
                                 .send()
                                 .await
                                 .map_err(|e| format!("mock: {e}"))?;
@@ -1590,6 +1577,23 @@ struct PhaseSettings<'a> {
     metrics_client: &'a reqwest::Client,
     /// Every mock's lookups, counted together.
     upstream: &'a AtomicU64,
+}
+
+/// The lookup of value `value` ctxd makes to mock `k` (provider `p{k+1}`, its bearer
+/// secret), as both baselines make it.
+fn mock_lookup(
+    client: &reqwest::Client,
+    url: &str,
+    k: usize,
+    value: &str,
+) -> reqwest::RequestBuilder {
+    let request = LookupRequest::new(&format!("p{}", k + 1), "customerId", value, LIMIT);
+    client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json")
+        .bearer_auth(PROVIDER_SECRET)
+        .body(serde_json::to_vec(&request).expect("a lookup request serializes"))
 }
 
 /// The order of the sides in slice round `round`: forward in even rounds, backward in

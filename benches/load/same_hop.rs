@@ -13,9 +13,9 @@
 //! fences, record metrics, or capture and write a trace: the ratio against it is what
 //! ctxd itself adds over its network work.
 
-use super::{API_KEY, LIMIT, PROVIDER_SECRET};
+use super::{API_KEY, mock_lookup};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
-use ctxd::contract::{LookupRequest, LookupResponse};
+use ctxd::contract::LookupResponse;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
@@ -104,20 +104,10 @@ async fn turn(request: HttpRequest, body: web::Bytes, state: web::Data<Upstreams
     };
     let calls = state.urls.iter().enumerate().map(|(k, url)| {
         let provider = format!("p{}", k + 1);
-        let body = serde_json::to_vec(&LookupRequest::new(&provider, "customerId", value, LIMIT))
-            .expect("a lookup request serializes");
-        let client = &state.client;
+        let lookup = mock_lookup(&state.client, url, k, value);
         async move {
             let answer = async {
-                let response = client
-                    .post(url)
-                    .header("content-type", "application/json")
-                    .header("accept", "application/json")
-                    .bearer_auth(PROVIDER_SECRET)
-                    .body(body)
-                    .send()
-                    .await
-                    .ok()?;
+                let response = lookup.send().await.ok()?;
                 if response.status() != 200 {
                     return None;
                 }
