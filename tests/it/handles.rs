@@ -5,7 +5,7 @@
 //! tenant isolation.
 
 use crate::provider_server::{ProviderServer, RunningProvider};
-use crate::server::{Ctxd, Deployment, TenantSpec, client, metrics_of, turn};
+use crate::server::{Ctxd, Deployment, TenantSpec, client, get, metrics_of, turn};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -127,17 +127,6 @@ async fn delete(ctxd: &Ctxd, key: &str, id: &str) -> (u16, Value) {
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-async fn get(ctxd: &Ctxd, key: &str, path: &str) -> (u16, Value) {
-    let response = client()
-        .get(ctxd.url(path))
-        .bearer_auth(key)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
-}
-
 /// The handle's trace once it lists `count` operations (the writer commits in batches).
 pub async fn trace_of(ctxd: &Ctxd, key: &str, id: &str, count: usize) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -156,7 +145,8 @@ pub async fn trace_of(ctxd: &Ctxd, key: &str, id: &str, count: usize) -> Vec<Val
     }
 }
 
-fn error_code(body: &Value) -> &str {
+/// The `error.code` of an API error body (`<none>` when it has none).
+pub fn error_code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("<none>")
 }
 

@@ -7,7 +7,7 @@
 //! value. Each replica keeps its own SQLite trace store here, so a handle's trace is the
 //! union of both replicas' listings (with a shared trace store it is one listing).
 
-use crate::handles::{KEY, deployment, handle_from_turn, op, provider};
+use crate::handles::{KEY, deployment, error_code, handle_from_turn, op, provider};
 use crate::provider_server::RunningProvider;
 use crate::server::{Ctxd, Deployment, client};
 use crate::support::{ctxd, stderr_of};
@@ -200,10 +200,6 @@ async fn until_status(ctxd: &Ctxd, key: &str, id: &str, status: u16) -> Value {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-fn error_code(body: &Value) -> &str {
-    body["error"]["code"].as_str().unwrap_or("<none>")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

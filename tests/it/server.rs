@@ -218,6 +218,18 @@ pub async fn turn(ctxd: &Ctxd, key: &str, body: Value) -> (u16, Value) {
     (status, body)
 }
 
+/// `GET path` with a bearer key; returns the status and the JSON body.
+pub async fn get(ctxd: &Ctxd, key: &str, path: &str) -> (u16, Value) {
+    let response = client()
+        .get(ctxd.url(path))
+        .bearer_auth(key)
+        .send()
+        .await
+        .expect("ctxd answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
 /// The `/metrics` exposition of a running ctxd.
 pub async fn metrics_of(ctxd: &Ctxd) -> String {
     let response = client().get(ctxd.url("/metrics")).send().await.unwrap();

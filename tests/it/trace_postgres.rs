@@ -5,7 +5,7 @@
 //! inline connection string is refused. Each test writes a schema of its own.
 
 use crate::provider_server::{ProviderServer, RunningProvider};
-use crate::server::{Ctxd, Deployment, TenantSpec, client, metrics_of, trace_of, turn};
+use crate::server::{Ctxd, Deployment, TenantSpec, client, get, metrics_of, trace_of, turn};
 use crate::support::{POSTGRES_ADMIN_DSN as ADMIN_DSN, postgres_admin as admin};
 use crate::support::{ctxd as ctxd_cli, stderr_of, stdout_of};
 use serde_json::{Value, json};
@@ -319,15 +319,7 @@ async fn replicas_keep_every_answered_turn_and_a_killed_one_loses_only_its_last_
             Some(cursor) => format!("/v1/traces?limit=200&cursor={cursor}"),
             None => "/v1/traces?limit=200".to_owned(),
         };
-        let page: Value = client()
-            .get(survivor.url(&query))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, page) = get(&survivor, KEY, &query).await;
         for trace in page["traces"].as_array().unwrap() {
             let id = trace["turn"]["turnId"].as_str().unwrap().to_owned();
             assert!(seen.insert(id), "a page repeated a turn");
@@ -423,29 +415,18 @@ async fn a_turn_written_by_one_replica_is_shown_and_replayed_by_another() {
         "status=INCLUDED&since=0",
         "providerStatus=OK&layer=profile",
     ] {
-        let page: Value = client()
-            .get(reader.url(&format!("/v1/traces?{query}")))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, page) = get(&reader, KEY, &format!("/v1/traces?{query}")).await;
         assert_eq!(
             page["traces"][0]["turn"]["turnId"], turn_id,
             "{query}: {page:#}"
         );
     }
-    let none: Value = client()
-        .get(reader.url("/v1/traces?provider=crm&providerStatus=TIMEOUT"))
-        .bearer_auth(KEY)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, none) = get(
+        &reader,
+        KEY,
+        "/v1/traces?provider=crm&providerStatus=TIMEOUT",
+    )
+    .await;
     assert_eq!(none["traces"].as_array().unwrap().len(), 0, "{none:#}");
     assert_eq!(shown["turn"]["turnId"], turn_id);
     assert_eq!(shown["providers"].as_array().unwrap().len(), 1, "{shown:#}");
