@@ -13,8 +13,21 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// Build digests remembered as written, so a build is not re-sent with every turn.
-const KNOWN_BUILDS_CAP: usize = 4096;
+/// Build digests and record dictionaries remembered as written (by either store), so
+/// they are not re-sent with every turn.
+const KNOWN_CAP: usize = 4096;
+
+/// Adds `new` to a bounded set of keys known to be in the store (cleared when full).
+pub(super) fn remember<T: std::hash::Hash + Eq>(
+    known: &mut HashSet<T>,
+    new: impl IntoIterator<Item = T>,
+) {
+    let new: Vec<T> = new.into_iter().collect();
+    if known.len() + new.len() > KNOWN_CAP {
+        known.clear();
+    }
+    known.extend(new);
+}
 
 const INSERT_TURN: &str = "INSERT INTO turns (turn_id, tenant, project, build_digest, blocked, rendered_digest, started_at_ms, duration_ms, record)
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (turn_id) DO NOTHING";
@@ -256,14 +269,8 @@ impl TraceStore {
             }
         }
         tx.commit().map_err(sqlite(&path, "commit a batch"))?;
-        if self.known_builds.len() + new_builds.len() > KNOWN_BUILDS_CAP {
-            self.known_builds.clear();
-        }
-        self.known_builds.extend(new_builds);
-        if self.known_dictionaries.len() + new_dictionaries.len() > KNOWN_BUILDS_CAP {
-            self.known_dictionaries.clear();
-        }
-        self.known_dictionaries.extend(new_dictionaries);
+        remember(&mut self.known_builds, new_builds);
+        remember(&mut self.known_dictionaries, new_dictionaries);
         Ok(written)
     }
 

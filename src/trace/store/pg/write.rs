@@ -14,13 +14,10 @@ use crate::contract::LayerStatus;
 use crate::trace::store::error::StoreError;
 use crate::trace::store::prune::Pruned;
 use crate::trace::store::rows::{HandleOperationRow, Queued, TraceRows};
-use crate::trace::store::write::Written;
+use crate::trace::store::write::{Written, remember};
 use crate::trace::upkeep::StoreUsage;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
-
-/// Dictionaries and build digests remembered as written, so they are not re-sent.
-const KNOWN_CAP: usize = 4096;
 
 const INSERT_DICTIONARIES: &str = "INSERT INTO record_dictionaries (id, bytes)
     SELECT * FROM UNNEST($1::int8[], $2::bytea[]) ON CONFLICT (id) DO NOTHING";
@@ -399,15 +396,6 @@ struct ProviderColumns<'a> {
     status: Vec<&'a str>,
     observed_at_ms: Vec<i64>,
     record: Vec<&'a [u8]>,
-}
-
-/// Adds `new` to a bounded set of keys known to be in the store (cleared when full).
-fn remember<T: std::hash::Hash + Eq>(known: &mut HashSet<T>, new: impl Iterator<Item = T>) {
-    let new: Vec<T> = new.collect();
-    if known.len() + new.len() > KNOWN_CAP {
-        known.clear();
-    }
-    known.extend(new);
 }
 
 #[cfg(test)]
