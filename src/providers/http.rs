@@ -1,8 +1,7 @@
 //! The `context-provider.v1` HTTP provider: one `POST` per lookup or readiness probe to
 //! the endpoint exactly as bound, with every answer bounded, scanned and mapped to an
-//! explicit provider status. Plain async code: the provider actor owns the connection pool
-//! (one client per calling thread, [`ThreadClients`]); lookups run on the calling
-//! coordinator's thread, over connections that thread opened.
+//! explicit provider status. Plain async code: the provider actor owns the client (its
+//! connection pool is shared by clones); lookups run on the calling coordinator's thread.
 //!
 //! Order of checks on an answer, so that the strongest signal wins and nothing is read
 //! or parsed that need not be:
@@ -24,7 +23,6 @@
 
 use super::PoolSettings;
 use super::bounds::{self, MAX_RESPONSE_BYTES};
-use super::client::ThreadClients;
 use super::endpoint::{self, Violation};
 use super::redact::SecretHandling;
 use super::{LookupCall, Secret, secrets};
@@ -89,7 +87,7 @@ pub struct Described {
 /// A `context-provider.v1` endpoint. Cloning is cheap and shares the connection pool.
 #[derive(Clone)]
 pub struct HttpProvider {
-    clients: ThreadClients,
+    client: reqwest::Client,
     endpoint: Url,
     secret: Option<BoundSecret>,
 }
@@ -157,9 +155,9 @@ impl HttpProvider {
     ) -> Result<HttpProvider, HttpSetupError> {
         check_endpoint(&endpoint)?;
         let secret = secret.as_ref().map(BoundSecret::new).transpose()?;
-        let clients = ThreadClients::new(pool, timeout)?;
+        let client = provider_client(pool, timeout)?;
         Ok(HttpProvider {
-            clients,
+            client,
             endpoint,
             secret,
         })
@@ -213,9 +211,7 @@ impl HttpProvider {
     /// parsing: transport, reflection, status and size.
     async fn exchange(&self, body: Vec<u8>) -> Result<Answer, Failure> {
         let mut request = self
-            .clients
-            .get()
-            .map_err(|_| Failure::RequestNotBuilt)?
+            .client
             .post(self.endpoint.clone())
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, "application/json")
@@ -432,6 +428,25 @@ pub(crate) fn check_endpoint(url: &Url) -> Result<(), HttpSetupError> {
     }
 }
 
+/// The HTTP client of a provider that speaks to an upstream over HTTP (`http`, `rest`):
+/// rustls, no redirects followed, no retries, no proxy, the binding's pool settings, and
+/// `timeout` to connect.
+pub(crate) fn provider_client(
+    pool: &PoolSettings,
+    timeout: Duration,
+) -> Result<reqwest::Client, HttpSetupError> {
+    reqwest::Client::builder()
+        .tls_backend_rustls()
+        .redirect(reqwest::redirect::Policy::none())
+        .retry(reqwest::retry::never())
+        .no_proxy()
+        .pool_max_idle_per_host(pool.max_idle_per_host)
+        .pool_idle_timeout(pool.idle_timeout)
+        .connect_timeout(timeout)
+        .user_agent(concat!("ctxd/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(HttpSetupError::Client)
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,7 +23,6 @@ mod request;
 
 use super::PoolSettings;
 use super::bounds::{self, MAX_ITEMS, MAX_RESPONSE_BYTES};
-use super::client::ThreadClients;
 use super::http::{self, BoundSecret, HttpSetupError, read_body, transport_failure};
 use super::redact::redacted;
 use super::{LookupCall, Secret};
@@ -61,7 +60,7 @@ enum SentSecret {
 /// the back-off state.
 #[derive(Clone)]
 pub struct RestProvider {
-    clients: ThreadClients,
+    client: reqwest::Client,
     spec: Arc<RestSpec>,
     headers: Arc<Vec<(HeaderName, HeaderValue)>>,
     secret: Arc<SentSecret>,
@@ -136,9 +135,9 @@ impl RestProvider {
                 HeaderValue::from_str(value).map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
             headers.push((name, value));
         }
-        let clients = ThreadClients::new(pool, timeout)?;
+        let client = super::http::provider_client(pool, timeout)?;
         Ok(RestProvider {
-            clients,
+            client,
             spec: Arc::new(spec.clone()),
             headers: Arc::new(headers),
             secret: Arc::new(sent),
@@ -251,11 +250,7 @@ impl RestProvider {
         url: url::Url,
         body: Option<Vec<u8>>,
     ) -> Result<Answer, Failure> {
-        let mut request = self
-            .clients
-            .get()
-            .map_err(|_| Failure::RequestNotBuilt)?
-            .request(method, url);
+        let mut request = self.client.request(method, url);
         for (name, value) in self.headers.iter() {
             request = request.header(name, value.clone());
         }
