@@ -3,7 +3,8 @@
 //! with [`SERVER_ENV`] set), so its CPU and RSS are measured exactly as ctxd's are.
 //!
 //! Built on the same stack as ctxd: actix-web with one worker per CPU (or `--workers`)
-//! in, reqwest (HTTP/1.1, keep-alive pool, redirects off) out. A turn: the client's
+//! in, reqwest (HTTP/1.1, keep-alive pool, redirects off; one client per worker, as ctxd
+//! keeps one per calling thread) out. A turn: the client's
 //! `POST /v1/turns` (bearer key compared, JSON body parsed), the same N upstream
 //! `lookup` calls made concurrently with the same bearer header and the same request
 //! body as ctxd sends, each answer read and parsed as `LookupResponse`, and a JSON
@@ -50,24 +51,34 @@ pub(crate) fn serve_if_asked() {
     std::process::exit(0);
 }
 
-struct Upstreams {
-    client: reqwest::Client,
-    urls: Vec<String>,
-}
-
-async fn serve(urls: Vec<String>, workers: Option<usize>) -> std::io::Result<()> {
-    let client = reqwest::Client::builder()
+/// A worker's upstream client: HTTP/1.1 only, no proxy, no redirects, 256 idle
+/// connections per host, 1 s timeout.
+fn same_hop_client() -> reqwest::Client {
+    reqwest::Client::builder()
         .http1_only()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .pool_max_idle_per_host(256)
         .timeout(Duration::from_secs(1))
         .build()
-        .expect("the same-hop client builds");
-    let state = web::Data::new(Upstreams { client, urls });
+        .expect("the same-hop client builds")
+}
+
+struct Upstreams {
+    client: reqwest::Client,
+    urls: Vec<String>,
+}
+
+async fn serve(urls: Vec<String>, workers: Option<usize>) -> std::io::Result<()> {
+    // One client per worker, built on the worker's thread (as ctxd keeps one per
+    // calling thread): a call only uses connections whose I/O task runs on its thread.
     let mut server = HttpServer::new(move || {
+        let state = web::Data::new(Upstreams {
+            client: same_hop_client(),
+            urls: urls.clone(),
+        });
         App::new()
-            .app_data(state.clone())
+            .app_data(state)
             .route("/v1/turns", web::post().to(turn))
     })
     .bind("127.0.0.1:0")?;

@@ -1,7 +1,8 @@
 //! The `context-provider.v1` HTTP provider: one `POST` per lookup or readiness probe to
 //! the endpoint exactly as bound, with every answer bounded, scanned and mapped to an
-//! explicit provider status. Plain async code: the provider actor owns the client (its
-//! connection pool is shared by clones); lookups run on the calling coordinator's thread.
+//! explicit provider status. Plain async code: the provider actor owns the connection pool
+//! (one client per calling thread, [`ThreadClients`]); lookups run on the calling
+//! coordinator's thread, over connections that thread opened.
 //!
 //! Order of checks on an answer, so that the strongest signal wins and nothing is read
 //! or parsed that need not be:
@@ -23,6 +24,7 @@
 
 use super::PoolSettings;
 use super::bounds::{self, MAX_RESPONSE_BYTES};
+use super::client::ThreadClients;
 use super::endpoint::{self, Violation};
 use super::redact::SecretHandling;
 use super::{LookupCall, Secret, secrets};
@@ -87,7 +89,7 @@ pub struct Described {
 /// A `context-provider.v1` endpoint. Cloning is cheap and shares the connection pool.
 #[derive(Clone)]
 pub struct HttpProvider {
-    client: reqwest::Client,
+    clients: ThreadClients,
     endpoint: Url,
     secret: Option<BoundSecret>,
 }
@@ -155,9 +157,9 @@ impl HttpProvider {
     ) -> Result<HttpProvider, HttpSetupError> {
         check_endpoint(&endpoint)?;
         let secret = secret.as_ref().map(BoundSecret::new).transpose()?;
-        let client = provider_client(pool, timeout)?;
+        let clients = ThreadClients::new(pool, timeout)?;
         Ok(HttpProvider {
-            client,
+            clients,
             endpoint,
             secret,
         })
@@ -168,7 +170,10 @@ impl HttpProvider {
     pub async fn lookup(&self, call: &LookupCall<'_>) -> Outcome {
         let request = LookupRequest::new(call.provider, call.key, call.value, call.limit);
         let outcome = match serde_json::to_vec(&request) {
-            Ok(body) => match self.exchange_by(call.deadline, body).await {
+            Ok(body) => match self
+                .exchange_by(self.clients.for_lookup(), call.deadline, body)
+                .await
+            {
                 Err(failure) => failed(failure),
                 Ok(Answer::NotFound) => Outcome::not_found(LIVE),
                 Ok(Answer::Body(bytes)) => parse_lookup(&bytes, call.limit, call.secrets),
@@ -189,7 +194,10 @@ impl HttpProvider {
     pub async fn describe(&self, deadline: Instant) -> Result<Described, DescribeError> {
         let body = serde_json::to_vec(&DescribeRequest::default())
             .map_err(|_| DescribeError::Failed(Failure::RequestUnencodable))?;
-        match self.exchange_by(deadline, body).await {
+        match self
+            .exchange_by(self.clients.for_probe(), deadline, body)
+            .await
+        {
             Err(failure) => Err(DescribeError::Failed(failure)),
             Ok(Answer::NotFound) => Err(DescribeError::NotFound),
             Ok(Answer::Body(bytes)) => parse_describe(&bytes).map_err(DescribeError::Failed),
@@ -198,20 +206,24 @@ impl HttpProvider {
 
     /// [`HttpProvider::exchange`] bounded by `deadline`. A deadline already past sends
     /// nothing: no answer could arrive in time.
-    async fn exchange_by(&self, deadline: Instant, body: Vec<u8>) -> Result<Answer, Failure> {
+    async fn exchange_by(
+        &self,
+        client: &reqwest::Client,
+        deadline: Instant,
+        body: Vec<u8>,
+    ) -> Result<Answer, Failure> {
         if Instant::now() >= deadline {
             return Err(Failure::Deadline);
         }
-        timeout_at(deadline, self.exchange(body))
+        timeout_at(deadline, self.exchange(client, body))
             .await
             .map_err(|_elapsed| Failure::Deadline)?
     }
 
     /// `POST`s `body` and reads a 2xx answer's body within the limits. Everything up to
     /// parsing: transport, reflection, status and size.
-    async fn exchange(&self, body: Vec<u8>) -> Result<Answer, Failure> {
-        let mut request = self
-            .client
+    async fn exchange(&self, client: &reqwest::Client, body: Vec<u8>) -> Result<Answer, Failure> {
+        let mut request = client
             .post(self.endpoint.clone())
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, "application/json")
@@ -428,25 +440,6 @@ pub(crate) fn check_endpoint(url: &Url) -> Result<(), HttpSetupError> {
     }
 }
 
-/// The HTTP client of a provider that speaks to an upstream over HTTP (`http`, `rest`):
-/// rustls, no redirects followed, no retries, no proxy, the binding's pool settings, and
-/// `timeout` to connect.
-pub(crate) fn provider_client(
-    pool: &PoolSettings,
-    timeout: Duration,
-) -> Result<reqwest::Client, HttpSetupError> {
-    reqwest::Client::builder()
-        .tls_backend_rustls()
-        .redirect(reqwest::redirect::Policy::none())
-        .retry(reqwest::retry::never())
-        .no_proxy()
-        .pool_max_idle_per_host(pool.max_idle_per_host)
-        .pool_idle_timeout(pool.idle_timeout)
-        .connect_timeout(timeout)
-        .user_agent(concat!("ctxd/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(HttpSetupError::Client)
-}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@
 //! thread of the coordinator that was granted it.
 
 pub mod bounds;
+pub(crate) mod client;
 pub(crate) mod endpoint;
 pub mod http;
 pub mod mcp;

@@ -23,6 +23,7 @@ mod request;
 
 use super::PoolSettings;
 use super::bounds::{self, MAX_ITEMS, MAX_RESPONSE_BYTES};
+use super::client::ThreadClients;
 use super::http::{self, BoundSecret, HttpSetupError, read_body, transport_failure};
 use super::redact::redacted;
 use super::{LookupCall, Secret};
@@ -60,7 +61,7 @@ enum SentSecret {
 /// the back-off state.
 #[derive(Clone)]
 pub struct RestProvider {
-    client: reqwest::Client,
+    clients: ThreadClients,
     spec: Arc<RestSpec>,
     headers: Arc<Vec<(HeaderName, HeaderValue)>>,
     secret: Arc<SentSecret>,
@@ -135,9 +136,9 @@ impl RestProvider {
                 HeaderValue::from_str(value).map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
             headers.push((name, value));
         }
-        let client = super::http::provider_client(pool, timeout)?;
+        let clients = ThreadClients::new(pool, timeout)?;
         Ok(RestProvider {
-            client,
+            clients,
             spec: Arc::new(spec.clone()),
             headers: Arc::new(headers),
             secret: Arc::new(sent),
@@ -182,7 +183,13 @@ impl RestProvider {
             RestMethod::Post => reqwest::Method::POST,
         };
         match self
-            .exchange_by(call.deadline, method, built.url, body)
+            .exchange_by(
+                self.clients.for_lookup(),
+                call.deadline,
+                method,
+                built.url,
+                body,
+            )
             .await
         {
             Err(failure) => (failed(failure), None),
@@ -209,7 +216,13 @@ impl RestProvider {
         }
         let strict = self.spec.probe_path.is_some();
         match self
-            .exchange_by(deadline, reqwest::Method::GET, url, None)
+            .exchange_by(
+                self.clients.for_probe(),
+                deadline,
+                reqwest::Method::GET,
+                url,
+                None,
+            )
             .await
         {
             Ok(Answer::Body(_)) => Ok(()),
@@ -229,6 +242,7 @@ impl RestProvider {
 
     async fn exchange_by(
         &self,
+        client: &reqwest::Client,
         deadline: Instant,
         method: reqwest::Method,
         url: url::Url,
@@ -237,7 +251,7 @@ impl RestProvider {
         if Instant::now() >= deadline {
             return Err(Failure::Deadline);
         }
-        timeout_at(deadline, self.exchange(method, url, body))
+        timeout_at(deadline, self.exchange(client, method, url, body))
             .await
             .map_err(|_elapsed| Failure::Deadline)?
     }
@@ -246,11 +260,12 @@ impl RestProvider {
     /// status and size, in the HTTP provider's order.
     async fn exchange(
         &self,
+        client: &reqwest::Client,
         method: reqwest::Method,
         url: url::Url,
         body: Option<Vec<u8>>,
     ) -> Result<Answer, Failure> {
-        let mut request = self.client.request(method, url);
+        let mut request = client.request(method, url);
         for (name, value) in self.headers.iter() {
             request = request.header(name, value.clone());
         }

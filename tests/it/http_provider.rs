@@ -659,6 +659,54 @@ async fn a_script_answers_in_order_on_reused_connections() {
     assert!(server.connections() <= 3, "{}", server.connections());
 }
 
+/// Each calling thread keeps its own keep-alive connections (while there are no more
+/// calling threads than CPUs): a call never borrows a connection whose I/O another
+/// thread's runtime drives (which would wake that thread for every request and answer).
+/// Two threads, each with its own runtime, both alive, take turns calling one provider:
+/// two connections, each reused by its own thread.
+#[tokio::test]
+async fn each_calling_thread_reuses_its_own_connection() {
+    let server = ProviderServer::new().start().await;
+    let provider = with_secret(&server);
+    let turns = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let callers: Vec<_> = (0..2)
+        .map(|thread| {
+            let (provider, turns) = (provider.clone(), turns.clone());
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime per calling thread");
+                let mut statuses = Vec::new();
+                for round in 0..6 {
+                    if round % 2 == thread {
+                        statuses.push(runtime.block_on(lookup(&provider)).status());
+                    }
+                    turns.wait();
+                }
+                statuses
+            })
+        })
+        .collect();
+    let statuses = tokio::task::spawn_blocking(move || {
+        callers
+            .into_iter()
+            .flat_map(|caller| caller.join().expect("the caller finishes"))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .expect("the callers are joined");
+    assert_eq!(statuses, vec![ProviderStatus::Ok; 6]);
+    assert_eq!(server.lookups(), 6);
+    // A provider has one lookup slot per CPU; with a single CPU both threads share it.
+    let slots = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(
+        server.connections(),
+        slots.min(2),
+        "one connection per calling thread, each kept alive and reused"
+    );
+}
+
 #[tokio::test]
 async fn describe_of_a_compatible_provider() {
     let server = ProviderServer::new().version(Some("5.0.1")).start().await;
