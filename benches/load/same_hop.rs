@@ -4,7 +4,7 @@
 //!
 //! Built on the same stack as ctxd: actix-web with one worker per CPU (or `--workers`)
 //! in, reqwest (HTTP/1.1, keep-alive pool, redirects off; one client per worker, as ctxd
-//! keeps one per calling thread) out. A turn: the client's
+//! gives each worker a client slot of its own) out. A turn: the client's
 //! `POST /v1/turns` (bearer key compared, JSON body parsed), the same N upstream
 //! `lookup` calls made concurrently with the same bearer header and the same request
 //! body as ctxd sends, each answer read and parsed as `LookupResponse`, and a JSON
@@ -70,8 +70,9 @@ struct Upstreams {
 }
 
 async fn serve(urls: Vec<String>, workers: Option<usize>) -> std::io::Result<()> {
-    // One client per worker, built on the worker's thread (as ctxd keeps one per
-    // calling thread): a call only uses connections whose I/O task runs on its thread.
+    // One client per worker, built on the worker's thread (as ctxd gives each worker a
+    // client slot of its own): a call only uses connections whose I/O task runs on its
+    // thread.
     let mut server = HttpServer::new(move || {
         let state = web::Data::new(Upstreams {
             client: same_hop_client(),

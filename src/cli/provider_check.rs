@@ -488,11 +488,7 @@ struct Answer {
 
 impl Client {
     fn new(target: &Target) -> anyhow::Result<Client> {
-        let http = reqwest::Client::builder()
-            .tls_backend_rustls()
-            .redirect(reqwest::redirect::Policy::none())
-            .retry(reqwest::retry::never())
-            .no_proxy()
+        let http = crate::providers::client::hardened_builder()
             .connect_timeout(target.timeout)
             .timeout(target.timeout)
             .user_agent(concat!("ctxd-provider-check/", env!("CARGO_PKG_VERSION")))

@@ -26,7 +26,7 @@ use thread_local::ThreadLocal;
 /// A provider's HTTP clients: the lookup slots and the probe's. Cloning is cheap and
 /// shares them.
 #[derive(Clone)]
-pub(crate) struct ThreadClients {
+pub(crate) struct ClientSlots {
     shared: Arc<Slots>,
 }
 
@@ -41,34 +41,35 @@ struct Slots {
     probe: reqwest::Client,
 }
 
-impl fmt::Debug for ThreadClients {
+impl fmt::Debug for ClientSlots {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ThreadClients")
+        f.debug_struct("ClientSlots")
             .field("slots", &self.shared.lookups.len())
             .finish_non_exhaustive()
     }
 }
 
-impl ThreadClients {
+impl ClientSlots {
     /// One lookup slot per CPU (at least one) and the probe's client, all built now,
     /// so that settings that cannot make a client fail at set-up.
     pub(crate) fn new(
         pool: &PoolSettings,
         connect_timeout: Duration,
-    ) -> Result<ThreadClients, HttpSetupError> {
+    ) -> Result<ClientSlots, HttpSetupError> {
         let slots = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self::with_slots(pool, connect_timeout, slots)
     }
 
+    /// [`ClientSlots::new`] with `slots` lookup slots (at least one).
     pub(crate) fn with_slots(
         pool: &PoolSettings,
         connect_timeout: Duration,
         slots: usize,
-    ) -> Result<ThreadClients, HttpSetupError> {
+    ) -> Result<ClientSlots, HttpSetupError> {
         let lookups = (0..slots.max(1))
             .map(|_| provider_client(pool, connect_timeout))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(ThreadClients {
+        Ok(ClientSlots {
             shared: Arc::new(Slots {
                 lookups,
                 assigned: ThreadLocal::new(),
@@ -93,18 +94,24 @@ impl ThreadClients {
     }
 }
 
-/// The HTTP client of a provider that speaks to an upstream over HTTP (`http`, `rest`):
-/// rustls, no redirects followed, no retries, no proxy, the binding's pool settings, and
-/// `timeout` to connect.
-pub(crate) fn provider_client(
-    pool: &PoolSettings,
-    timeout: Duration,
-) -> Result<reqwest::Client, HttpSetupError> {
+/// The policy every client that talks to a provider keeps (the providers' and
+/// `ctxd provider-check`'s): rustls, no redirects followed, no retries, no proxy from
+/// the environment.
+pub(crate) fn hardened_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .tls_backend_rustls()
         .redirect(reqwest::redirect::Policy::none())
         .retry(reqwest::retry::never())
         .no_proxy()
+}
+
+/// The HTTP client of a provider that speaks to an upstream over HTTP (`http`, `rest`):
+/// [`hardened_builder`], the binding's pool settings, and `timeout` to connect.
+fn provider_client(
+    pool: &PoolSettings,
+    timeout: Duration,
+) -> Result<reqwest::Client, HttpSetupError> {
+    hardened_builder()
         .pool_max_idle_per_host(pool.max_idle_per_host)
         .pool_idle_timeout(pool.idle_timeout)
         .connect_timeout(timeout)
@@ -123,9 +130,8 @@ mod tests {
 
     #[test]
     fn each_thread_keeps_its_own_slot_until_the_slots_run_out() {
-        let clients =
-            ThreadClients::with_slots(&PoolSettings::default(), Duration::from_secs(1), 2)
-                .expect("default settings build clients");
+        let clients = ClientSlots::with_slots(&PoolSettings::default(), Duration::from_secs(1), 2)
+            .expect("default settings build clients");
         let here = address(clients.for_lookup());
         assert_eq!(
             address(clients.for_lookup()),

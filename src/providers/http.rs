@@ -1,7 +1,7 @@
 //! The `context-provider.v1` HTTP provider: one `POST` per lookup or readiness probe to
 //! the endpoint exactly as bound, with every answer bounded, scanned and mapped to an
 //! explicit provider status. Plain async code: the provider actor owns the connection pool
-//! (one client per calling thread, [`ThreadClients`]); lookups run on the calling
+//! (a client slot per calling thread, [`ClientSlots`]); lookups run on the calling
 //! coordinator's thread, over connections that thread opened.
 //!
 //! Order of checks on an answer, so that the strongest signal wins and nothing is read
@@ -24,7 +24,7 @@
 
 use super::PoolSettings;
 use super::bounds::{self, MAX_RESPONSE_BYTES};
-use super::client::ThreadClients;
+use super::client::ClientSlots;
 use super::endpoint::{self, Violation};
 use super::redact::SecretHandling;
 use super::{LookupCall, Secret, secrets};
@@ -89,7 +89,7 @@ pub struct Described {
 /// A `context-provider.v1` endpoint. Cloning is cheap and shares the connection pool.
 #[derive(Clone)]
 pub struct HttpProvider {
-    clients: ThreadClients,
+    clients: ClientSlots,
     endpoint: Url,
     secret: Option<BoundSecret>,
 }
@@ -157,7 +157,7 @@ impl HttpProvider {
     ) -> Result<HttpProvider, HttpSetupError> {
         check_endpoint(&endpoint)?;
         let secret = secret.as_ref().map(BoundSecret::new).transpose()?;
-        let clients = ThreadClients::new(pool, timeout)?;
+        let clients = ClientSlots::new(pool, timeout)?;
         Ok(HttpProvider {
             clients,
             endpoint,

@@ -23,7 +23,7 @@ mod request;
 
 use super::PoolSettings;
 use super::bounds::{self, MAX_ITEMS, MAX_RESPONSE_BYTES};
-use super::client::ThreadClients;
+use super::client::ClientSlots;
 use super::http::{self, BoundSecret, HttpSetupError, read_body, transport_failure};
 use super::redact::redacted;
 use super::{LookupCall, Secret};
@@ -61,7 +61,7 @@ enum SentSecret {
 /// the back-off state.
 #[derive(Clone)]
 pub struct RestProvider {
-    clients: ThreadClients,
+    clients: ClientSlots,
     spec: Arc<RestSpec>,
     headers: Arc<Vec<(HeaderName, HeaderValue)>>,
     secret: Arc<SentSecret>,
@@ -136,7 +136,7 @@ impl RestProvider {
                 HeaderValue::from_str(value).map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
             headers.push((name, value));
         }
-        let clients = ThreadClients::new(pool, timeout)?;
+        let clients = ClientSlots::new(pool, timeout)?;
         Ok(RestProvider {
             clients,
             spec: Arc::new(spec.clone()),
