@@ -7,14 +7,16 @@
 //! rows (which rows written before this encoding still are: both are read).
 //!
 //! A turn's body holds its turn record and then its provider records, one per line
-//! ([`join`]), so what they share is kept once too; provider rows then hold an empty
-//! body.
+//! ([`with_joined`]), so what they share is kept once too; provider rows then hold an
+//! empty body.
 //!
 //! A body is `[format 1][dictionary id: i64 LE][JSON length: u32 LE][zstd frame]`.
 
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::{Arc, RwLock};
 use zstd::zstd_safe::{CCtx, CDict, DCtx, DDict};
 
@@ -31,6 +33,9 @@ const MAX_DICTIONARY_BYTES: usize = 32 * 1024;
 const MAX_DICTIONARIES: usize = 1024;
 /// The longest JSON a body may claim to decode to.
 const MAX_RECORD_BYTES: usize = 256 * 1024 * 1024;
+/// The most a thread's record text buffer keeps between turns; a larger turn's buffer
+/// is let go after use.
+const MAX_KEPT_TEXT_BYTES: usize = 256 * 1024;
 
 /// What a compressed body was made with: its id is the first 8 bytes of the SHA-256 of
 /// its bytes, so the same exemplar always gives the same id.
@@ -51,11 +56,14 @@ impl std::fmt::Debug for Dictionary {
 
 impl Dictionary {
     /// A dictionary of the records of one turn (at most [`MAX_DICTIONARY_BYTES`]).
-    pub(crate) fn from_exemplar(records: &[&str]) -> Dictionary {
+    pub(crate) fn from_exemplar<R: AsRef<[u8]>>(
+        records: impl IntoIterator<Item = R>,
+    ) -> Dictionary {
         let mut bytes = Vec::new();
         for record in records {
+            let record = record.as_ref();
             let room = MAX_DICTIONARY_BYTES - bytes.len();
-            bytes.extend_from_slice(&record.as_bytes()[..record.len().min(room)]);
+            bytes.extend_from_slice(&record[..record.len().min(room)]);
         }
         let digest = Sha256::digest(&bytes);
         let id = i64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
@@ -128,31 +136,49 @@ impl Dictionaries {
 thread_local! {
     static COMPRESSOR: RefCell<CCtx<'static>> = RefCell::new(CCtx::create());
     static DECOMPRESSOR: RefCell<DCtx<'static>> = RefCell::new(DCtx::create());
+    /// Where a turn's records are serialized before they are compressed: kept from
+    /// turn to turn, so serializing them allocates nothing once it has grown.
+    static RECORD_TEXT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A turn record and its provider records as one text, a record per line (compact JSON
-/// never holds a raw line break: one in a string is written `\n`).
-pub(crate) fn join(turn: &str, providers: &[String]) -> String {
-    let mut text =
-        String::with_capacity(turn.len() + providers.iter().map(|p| p.len() + 1).sum::<usize>());
-    text.push_str(turn);
-    for provider in providers {
-        text.push('\n');
-        text.push_str(provider);
-    }
-    text
+/// A turn record and its provider records serialized as one text, a record per line
+/// (compact JSON never holds a raw line break: one in a string is written `\n`), into
+/// this thread's reusable buffer; `then` gets the text and each record's span in it.
+pub(crate) fn with_joined<T: Serialize, P: Serialize, R>(
+    turn: &T,
+    providers: &[P],
+    then: impl FnOnce(&[u8], &[Range<usize>]) -> R,
+) -> R {
+    RECORD_TEXT.with(|buffer| {
+        let mut text = buffer.borrow_mut();
+        text.clear();
+        let mut spans = Vec::with_capacity(1 + providers.len());
+        serde_json::to_writer(&mut *text, turn).expect("a turn record always serializes");
+        spans.push(0..text.len());
+        for provider in providers {
+            text.push(b'\n');
+            let start = text.len();
+            serde_json::to_writer(&mut *text, provider)
+                .expect("a provider record always serializes");
+            spans.push(start..text.len());
+        }
+        let result = then(&text, &spans);
+        if text.capacity() > MAX_KEPT_TEXT_BYTES {
+            *text = Vec::new();
+        }
+        result
+    })
 }
 
 /// The body of `json`, compressed against `dictionary`.
-pub(crate) fn encode(dictionary: &Dictionary, json: &str) -> Vec<u8> {
+pub(crate) fn encode(dictionary: &Dictionary, json: impl AsRef<[u8]>) -> Vec<u8> {
+    let json = json.as_ref();
     let mut frame = Vec::with_capacity(zstd::zstd_safe::compress_bound(json.len()));
     COMPRESSOR
         .with(|context| {
-            context.borrow_mut().compress_using_cdict(
-                &mut frame,
-                json.as_bytes(),
-                &dictionary.compress,
-            )
+            context
+                .borrow_mut()
+                .compress_using_cdict(&mut frame, json, &dictionary.compress)
         })
         .expect("the frame buffer holds zstd's bound");
     let mut body = Vec::with_capacity(HEADER_BYTES + frame.len());
@@ -247,6 +273,51 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &again));
         let other = dictionaries.for_build("acme", "p", "b2", || Dictionary::from_exemplar(&["x"]));
         assert_ne!(other.id, first.id);
+    }
+
+    #[test]
+    fn joined_records_are_their_json_one_per_line_with_their_spans() {
+        let turn = serde_json::json!({"kind": "ctxd.turn.v1", "note": "two\nlines"});
+        let providers = [
+            serde_json::json!({"provider": "orders"}),
+            serde_json::json!({"provider": "crm", "items": []}),
+        ];
+        let (text, records) = with_joined(&turn, &providers, |text, spans| {
+            let records: Vec<String> = spans
+                .iter()
+                .map(|span| String::from_utf8(text[span.clone()].to_vec()).unwrap())
+                .collect();
+            (String::from_utf8(text.to_vec()).unwrap(), records)
+        });
+        let expected: Vec<String> = std::iter::once(&turn)
+            .chain(&providers)
+            .map(|record| serde_json::to_string(record).unwrap())
+            .collect();
+        assert_eq!(records, expected);
+        assert_eq!(text, expected.join("\n"));
+        assert_eq!(
+            text.lines().count(),
+            3,
+            "a line break in a string stays escaped"
+        );
+        // The next turn starts from an empty text, whatever the last one held.
+        let again = with_joined(&turn, &[] as &[serde_json::Value], |text, spans| {
+            (text.to_vec(), spans.to_vec())
+        });
+        assert_eq!(again.0, expected[0].as_bytes());
+        assert_eq!(again.1, vec![0..expected[0].len()]);
+    }
+
+    #[test]
+    fn a_thread_keeps_its_record_buffer_unless_a_turn_made_it_large() {
+        let capacity = || RECORD_TEXT.with(|buffer| buffer.borrow().capacity());
+        with_joined(&"small", &[] as &[&str], |_, _| ());
+        let kept = capacity();
+        assert!(kept > 0 && kept <= MAX_KEPT_TEXT_BYTES, "{kept}");
+        let large = "x".repeat(MAX_KEPT_TEXT_BYTES + 1);
+        let length = with_joined(&large, &[] as &[&str], |text, _| text.len());
+        assert_eq!(length, large.len() + 2);
+        assert_eq!(capacity(), 0, "let go after the turn that grew it");
     }
 
     #[test]

@@ -7,7 +7,6 @@ use super::seal::RetentionCipher;
 use crate::trace::digest::DigestKey;
 use crate::trace::record::HandleOpRecord;
 use crate::trace::record::TurnTrace;
-use serde::Serialize;
 use std::fmt;
 use std::sync::Arc;
 
@@ -94,7 +93,7 @@ pub struct TurnRow {
 pub struct LayerRow {
     pub layer: String,
     pub status: &'static str,
-    pub reason: String,
+    pub reason: &'static str,
 }
 
 #[derive(Debug, Clone)]
@@ -195,22 +194,15 @@ impl RowEncoder {
 
     pub fn encode(&self, trace: &TurnTrace) -> TraceRows {
         let turn = &trace.turn;
-        let record = serde_json::to_string(turn).expect("a turn record always serializes");
-        let providers: Vec<String> = trace
-            .providers
-            .iter()
-            .map(|provider| {
-                serde_json::to_string(provider).expect("a provider record always serializes")
-            })
-            .collect();
-        let dictionary =
-            self.dictionaries
-                .for_build(&turn.tenant, &turn.project, &turn.build_digest, || {
-                    let exemplar: Vec<&str> = std::iter::once(record.as_str())
-                        .chain(providers.iter().map(String::as_str))
-                        .collect();
-                    Dictionary::from_exemplar(&exemplar)
-                });
+        let (record, dictionary) = codec::with_joined(turn, &trace.providers, |text, spans| {
+            let dictionary = self.dictionaries.for_build(
+                &turn.tenant,
+                &turn.project,
+                &turn.build_digest,
+                || Dictionary::from_exemplar(spans.iter().map(|span| &text[span.clone()])),
+            );
+            (codec::encode(&dictionary, text), dictionary)
+        });
         TraceRows {
             turn: TurnRow {
                 turn_id: turn.turn_id.clone(),
@@ -221,7 +213,7 @@ impl RowEncoder {
                 rendered_digest: turn.rendered_digest.clone(),
                 started_at_ms: turn.started_at_ms,
                 duration_ms: i64::try_from(turn.duration_ms).unwrap_or(i64::MAX),
-                record: codec::encode(&dictionary, &codec::join(&record, &providers)),
+                record,
             },
             layers: turn
                 .layers
@@ -229,7 +221,7 @@ impl RowEncoder {
                 .map(|layer| LayerRow {
                     layer: layer.id.clone(),
                     status: layer.status.as_str(),
-                    reason: serde_name(&layer.reason),
+                    reason: layer.reason.as_str(),
                 })
                 .collect(),
             providers: trace
@@ -258,13 +250,5 @@ impl RowEncoder {
             build: trace.build.clone(),
             dictionary,
         }
-    }
-}
-
-/// The name serde gives a unit enum variant (`PROVIDER_ITEMS`).
-fn serde_name<T: Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(name)) => name,
-        _ => String::new(),
     }
 }

@@ -217,7 +217,7 @@ impl PgTraceStore {
                         layers.tenant.push(tenant);
                         layers.layer.push(&layer.layer);
                         layers.status.push(layer.status);
-                        layers.reason.push(&layer.reason);
+                        layers.reason.push(layer.reason);
                     }
                     for provider in &rows.providers {
                         providers.turn_seq.push(seq);
