@@ -16,7 +16,6 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::{Arc, RwLock};
 use zstd::zstd_safe::{CCtx, CDict, DCtx, DDict};
 
@@ -142,32 +141,34 @@ thread_local! {
 }
 
 /// A turn record and its provider records serialized as one text, a record per line
-/// (compact JSON never holds a raw line break: one in a string is written `\n`), into
-/// this thread's reusable buffer; `then` gets the text and each record's span in it.
+/// (compact JSON never holds a raw line break: one in a string is written `\n`, so
+/// splitting the text at `\n` gives the records back), into this thread's reusable
+/// buffer; `then` gets the text.
 pub(crate) fn with_joined<T: Serialize, P: Serialize, R>(
     turn: &T,
     providers: &[P],
-    then: impl FnOnce(&[u8], &[Range<usize>]) -> R,
+    then: impl FnOnce(&[u8]) -> R,
 ) -> R {
     RECORD_TEXT.with(|buffer| {
         let mut text = buffer.borrow_mut();
         text.clear();
-        let mut spans = Vec::with_capacity(1 + providers.len());
         serde_json::to_writer(&mut *text, turn).expect("a turn record always serializes");
-        spans.push(0..text.len());
         for provider in providers {
             text.push(b'\n');
-            let start = text.len();
             serde_json::to_writer(&mut *text, provider)
                 .expect("a provider record always serializes");
-            spans.push(start..text.len());
         }
-        let result = then(&text, &spans);
+        let result = then(&text);
         if text.capacity() > MAX_KEPT_TEXT_BYTES {
             *text = Vec::new();
         }
         result
     })
+}
+
+/// The records of a text [`with_joined`] made.
+pub(crate) fn records_of(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    text.split(|&byte| byte == b'\n')
 }
 
 /// The body of `json`, compressed against `dictionary`.
@@ -253,7 +254,7 @@ mod tests {
 
     #[test]
     fn a_body_decodes_to_the_exact_json_it_was_made_from() {
-        let dictionary = Dictionary::from_exemplar(&[TURN]);
+        let dictionary = Dictionary::from_exemplar([TURN]);
         let other = r#"{"kind":"ctxd.turn.v1","turnId":"77f0","tenant":"acme","buildDigest":"sha256:4ca9","ünïcode":"✓"}"#;
         let body = encode(&dictionary, other);
         assert_eq!(dictionary_of(&body), Ok(dictionary.id));
@@ -264,28 +265,27 @@ mod tests {
 
     #[test]
     fn the_same_exemplar_gives_the_same_dictionary_and_one_per_build() {
-        let a = Dictionary::from_exemplar(&[TURN, "{}"]);
-        let b = Dictionary::from_exemplar(&[TURN, "{}"]);
+        let a = Dictionary::from_exemplar([TURN, "{}"]);
+        let b = Dictionary::from_exemplar([TURN, "{}"]);
         assert_eq!(a.id, b.id);
         let dictionaries = Dictionaries::default();
         let first = dictionaries.for_build("acme", "p", "b1", || a);
         let again = dictionaries.for_build("acme", "p", "b1", || panic!("made once"));
         assert!(Arc::ptr_eq(&first, &again));
-        let other = dictionaries.for_build("acme", "p", "b2", || Dictionary::from_exemplar(&["x"]));
+        let other = dictionaries.for_build("acme", "p", "b2", || Dictionary::from_exemplar(["x"]));
         assert_ne!(other.id, first.id);
     }
 
     #[test]
-    fn joined_records_are_their_json_one_per_line_with_their_spans() {
+    fn joined_records_are_their_json_one_per_line() {
         let turn = serde_json::json!({"kind": "ctxd.turn.v1", "note": "two\nlines"});
         let providers = [
             serde_json::json!({"provider": "orders"}),
             serde_json::json!({"provider": "crm", "items": []}),
         ];
-        let (text, records) = with_joined(&turn, &providers, |text, spans| {
-            let records: Vec<String> = spans
-                .iter()
-                .map(|span| String::from_utf8(text[span.clone()].to_vec()).unwrap())
+        let (text, records) = with_joined(&turn, &providers, |text| {
+            let records: Vec<String> = records_of(text)
+                .map(|record| String::from_utf8(record.to_vec()).unwrap())
                 .collect();
             (String::from_utf8(text.to_vec()).unwrap(), records)
         });
@@ -293,36 +293,28 @@ mod tests {
             .chain(&providers)
             .map(|record| serde_json::to_string(record).unwrap())
             .collect();
-        assert_eq!(records, expected);
+        assert_eq!(records, expected, "a line break in a string stays escaped");
         assert_eq!(text, expected.join("\n"));
-        assert_eq!(
-            text.lines().count(),
-            3,
-            "a line break in a string stays escaped"
-        );
         // The next turn starts from an empty text, whatever the last one held.
-        let again = with_joined(&turn, &[] as &[serde_json::Value], |text, spans| {
-            (text.to_vec(), spans.to_vec())
-        });
-        assert_eq!(again.0, expected[0].as_bytes());
-        assert_eq!(again.1, vec![0..expected[0].len()]);
+        let again = with_joined(&turn, &[] as &[serde_json::Value], |text| text.to_vec());
+        assert_eq!(again, expected[0].as_bytes());
     }
 
     #[test]
     fn a_thread_keeps_its_record_buffer_unless_a_turn_made_it_large() {
         let capacity = || RECORD_TEXT.with(|buffer| buffer.borrow().capacity());
-        with_joined(&"small", &[] as &[&str], |_, _| ());
+        with_joined(&"small", &[] as &[&str], |_| ());
         let kept = capacity();
         assert!(kept > 0 && kept <= MAX_KEPT_TEXT_BYTES, "{kept}");
         let large = "x".repeat(MAX_KEPT_TEXT_BYTES + 1);
-        let length = with_joined(&large, &[] as &[&str], |text, _| text.len());
+        let length = with_joined(&large, &[] as &[&str], <[u8]>::len);
         assert_eq!(length, large.len() + 2);
         assert_eq!(capacity(), 0, "let go after the turn that grew it");
     }
 
     #[test]
     fn a_damaged_body_is_an_error_never_a_panic() {
-        let dictionary = Dictionary::from_exemplar(&[TURN]);
+        let dictionary = Dictionary::from_exemplar([TURN]);
         let decoding = DecodingDictionary::new(&dictionary.bytes);
         let body = encode(&dictionary, TURN);
         assert_eq!(decode(b"{}", &decoding), Err(DecodeError::UnknownFormat));

@@ -194,12 +194,12 @@ impl RowEncoder {
 
     pub fn encode(&self, trace: &TurnTrace) -> TraceRows {
         let turn = &trace.turn;
-        let (record, dictionary) = codec::with_joined(turn, &trace.providers, |text, spans| {
+        let (record, dictionary) = codec::with_joined(turn, &trace.providers, |text| {
             let dictionary = self.dictionaries.for_build(
                 &turn.tenant,
                 &turn.project,
                 &turn.build_digest,
-                || Dictionary::from_exemplar(spans.iter().map(|span| &text[span.clone()])),
+                || Dictionary::from_exemplar(codec::records_of(text)),
             );
             (codec::encode(&dictionary, text), dictionary)
         });
