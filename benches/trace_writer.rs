@@ -13,7 +13,8 @@
 //! Each side runs 7 times, interleaved, the side that goes first alternating from run to
 //! run; the ratio is the median of the 7 runs' own ratios (each run's two sides a few
 //! seconds apart, so a slow minute of the machine weighs on both), reported on stdout
-//! with each side's median and as JSON in `target/bench/trace_writer.json`. Records = turn records + provider records.
+//! with each side's median and as JSON in `target/bench/trace_writer.json`. Records =
+//! turn records + provider records.
 //!
 //! `CTXD_BENCH_SEARCH=1` also builds a store of ~1 M provider records and prints the
 //! latency of each search shape (about a minute more).
