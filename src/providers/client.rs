@@ -1,5 +1,6 @@
-//! The connection pool of a provider that speaks HTTP (`http`, `rest`): a client per
-//! calling thread, so a lookup only uses connections whose I/O runs on its own thread.
+//! The connection pool of a provider that speaks HTTP (`http`, `rest`): a client slot
+//! per calling thread, so a lookup only uses connections whose I/O runs on its own
+//! thread.
 //!
 //! A reqwest (hyper) connection is driven by a task spawned on the runtime that opened
 //! it. ctxd runs one single-threaded runtime per actix worker, and a coordinator makes
