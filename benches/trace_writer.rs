@@ -10,6 +10,8 @@
 //!   sealed by `RowEncoder` *before* the clock starts — in transactions of 256 turns with
 //!   prepared statements.
 //!
+//! Both sides allocate with jemalloc, as the `ctxd` binary does.
+//!
 //! Each side runs 7 times, interleaved, the side that goes first alternating from run to
 //! run; the ratio is the median of the 7 runs' own ratios (each run's two sides a few
 //! seconds apart, so a slow minute of the machine weighs on both), reported on stdout
@@ -34,6 +36,12 @@ use ctxd::trace::writer::{self, WriterSettings};
 use rusqlite::{Connection, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// The allocator the `ctxd` binary ships with (`src/main.rs`), for both sides: the writer
+/// frees on its own thread what the enqueuing thread allocated, which glibc's malloc
+/// serializes on the other thread's arena lock.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 const TURNS: usize = 20_000;
 const CUSTOMERS: usize = 2_000;
@@ -563,14 +571,9 @@ fn main() {
     };
     let encode_seconds = encode_started.elapsed().as_secs_f64();
     println!("encode: {:.1} us/turn", encode_seconds * 1e6 / TURNS as f64);
-    let turn_json = rows.iter().map(|r| r.turn.record.len()).sum::<usize>() / rows.len();
-    let provider_json = rows
-        .iter()
-        .flat_map(|r| r.providers.iter().map(|p| p.record.len()))
-        .sum::<usize>()
-        / (rows.len() * 3);
+    let turn_body = rows.iter().map(|r| r.turn.record.len()).sum::<usize>() / rows.len();
     println!(
-        "trace_writer: {TURNS} turns x (1 turn record ~{turn_json} B + 3 provider records ~{provider_json} B + 5 layer decisions + 1 retained item), batches of {BATCH}, {RUNS} runs each"
+        "trace_writer: {TURNS} turns x (1 turn row with a ~{turn_body} B body: the turn record and 3 provider records, compressed together; 3 provider rows + 5 layer decisions + 1 retained item), batches of {BATCH}, {RUNS} runs each"
     );
 
     let bench_dir = target_dir().join("bench");
@@ -619,8 +622,7 @@ fn main() {
         "records_per_run": records,
         "batch_size": BATCH,
         "runs": RUNS,
-        "turn_record_json_bytes": turn_json,
-        "provider_record_json_bytes": provider_json,
+        "turn_body_bytes": turn_body,
         "writer": {
             "records_per_second": writer_rps,
             "seconds": writer_runs.iter().map(|r| r.seconds).collect::<Vec<_>>(),
