@@ -28,7 +28,8 @@
 //!   answer as `LookupResponse` — no gating, bounds or secret checks, rendering,
 //!   response building or tracing, and one HTTP hop fewer.
 //! - **Same-hop baseline** (`load/same_hop.rs`): a minimal actix-web + reqwest turn server
-//!   in its own process (this binary started again) that takes the same turn request,
+//!   in its own process (this binary started again, so allocating with jemalloc as ctxd
+//!   does) that takes the same turn request,
 //!   makes the same N lookups concurrently, parses them and answers JSON of ctxd's shape:
 //!   a third side of every closed-loop phase, so the ratio against it is what ctxd adds
 //!   over its network work. The closed-loop phases run at 1, 2, 4, 8 and 16 providers by
@@ -102,6 +103,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
+
+/// The allocator the `ctxd` binary ships with (`src/main.rs`): the same-hop server is
+/// this binary started again, so the baseline allocates as ctxd does.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 const API_KEY: &str = "ctxd-load-bench-key";
 const PROVIDER_SECRET: &str = "load-bench-provider-secret-5d1c9a";

@@ -4,7 +4,8 @@
 //!
 //! Built on the same stack as ctxd: actix-web with one worker per CPU (or `--workers`)
 //! in, reqwest (HTTP/1.1, keep-alive pool, redirects off; one client per worker, as ctxd
-//! gives each worker a client slot of its own) out. A turn: the client's
+//! gives each worker a client slot of its own) out, and jemalloc as its allocator (the
+//! bench binary's, as ctxd's). A turn: the client's
 //! `POST /v1/turns` (bearer key compared, JSON body parsed), the same N upstream
 //! `lookup` calls made concurrently with the same bearer header and the same request
 //! body as ctxd sends, each answer read and parsed as `LookupResponse`, and a JSON
