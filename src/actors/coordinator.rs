@@ -12,8 +12,10 @@
 //! seen as `RUNTIME_UNAVAILABLE` instead of growing a queue — and it counts the turns it
 //! is running and has finished, which `Observe` shows to `/readyz` and to shutdown, which
 //! waits for them. A turn keeps running to its end (and its trace is queued) even when
-//! the caller stopped waiting. The handler spawns each turn as a future of the actor's
-//! own context, so the mailbox drains as fast as turns arrive; the per-tenant in-flight
+//! the caller stopped waiting. The handler spawns each turn as a task of its own on the
+//! worker's thread and keeps only the task's join handle in the actor's context (which
+//! polls everything it holds on any wake-up), so the mailbox drains as fast as turns
+//! arrive and a turn is polled only when its own I/O is ready; the per-tenant in-flight
 //! limit in the API bounds how many run.
 
 use super::provider::Refusal;
@@ -101,6 +103,9 @@ pub(crate) enum TurnError {
     /// answered turn without its trace would break provenance.
     #[error("{0}; the turn was not answered")]
     TraceBackpressure(Backpressure),
+    /// The worker's runtime stopped before the turn ended.
+    #[error("the worker stopped before the turn ended; the turn was not answered")]
+    Stopped,
 }
 
 impl Handler<RunTurn> for Coordinator {
@@ -109,8 +114,21 @@ impl Handler<RunTurn> for Coordinator {
     fn handle(&mut self, turn: RunTurn, _: &mut Self::Context) -> Self::Result {
         self.in_flight += 1;
         let registry = Arc::clone(&self.registry);
-        let run = async move { run_turn(&registry, &turn.tenant, turn.request).await };
-        Box::pin(run.into_actor(self).map(|answer, coordinator, _| {
+        // The turn is a task of its own on this thread, and the actor's context holds
+        // only its join handle: the context polls every future it holds whenever any one
+        // of them is woken, so a turn held there would be polled, with all its calls, for
+        // every upstream answer of every other turn in flight. The handle wakes the
+        // context once, when the turn ends.
+        let task =
+            actix::spawn(async move { run_turn(&registry, &turn.tenant, turn.request).await });
+        let ended = async move {
+            match task.await {
+                Ok(answer) => answer,
+                Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+                Err(_cancelled) => Err(TurnError::Stopped),
+            }
+        };
+        Box::pin(ended.into_actor(self).map(|answer, coordinator, _| {
             coordinator.in_flight -= 1;
             coordinator.finished += 1;
             answer
