@@ -13,10 +13,10 @@
 //! is running and has finished, which `Observe` shows to `/readyz` and to shutdown, which
 //! waits for them. A turn keeps running to its end (and its trace is queued) even when
 //! the caller stopped waiting. The handler spawns each turn as a task of its own on the
-//! worker's thread and keeps only the task's join handle in the actor's context (which
-//! polls everything it holds on any wake-up), so the mailbox drains as fast as turns
-//! arrive and a turn is polled only when its own I/O is ready; the per-tenant in-flight
-//! limit in the API bounds how many run.
+//! worker's thread, outside the actor's context (which polls everything it holds on any
+//! wake-up), and the task tells the actor when it ends (`TurnEnded`): the mailbox drains
+//! as fast as turns arrive and a turn is polled only when its own I/O is ready; the
+//! per-tenant in-flight limit in the API bounds how many run.
 
 use super::provider::Refusal;
 use super::topology::{Mode, ProjectRuntime, ProviderHandle, Registry, TenantRuntime};
@@ -103,36 +103,53 @@ pub(crate) enum TurnError {
     /// answered turn without its trace would break provenance.
     #[error("{0}; the turn was not answered")]
     TraceBackpressure(Backpressure),
-    /// The worker's runtime stopped before the turn ended.
-    #[error("the worker stopped before the turn ended; the turn was not answered")]
-    Stopped,
 }
 
 impl Handler<RunTurn> for Coordinator {
-    type Result = ResponseActFuture<Self, Result<TurnResponse, TurnError>>;
+    type Result = ResponseFuture<Result<TurnResponse, TurnError>>;
 
-    fn handle(&mut self, turn: RunTurn, _: &mut Self::Context) -> Self::Result {
+    /// The turn runs as a task of its own on this thread (actix spawns a
+    /// `ResponseFuture`), not inside the actor's context: the context polls every future
+    /// it holds whenever any one of them is woken, so turns held there would each be
+    /// polled, with all their calls, for every upstream answer of every other turn in
+    /// flight — a cost that grows with the turns in flight and, past saturation, left
+    /// the worker no time for anything else. The turn's task tells the actor when it
+    /// ends.
+    fn handle(&mut self, turn: RunTurn, ctx: &mut Self::Context) -> Self::Result {
         self.in_flight += 1;
         let registry = Arc::clone(&self.registry);
-        // The turn is a task of its own on this thread, and the actor's context holds
-        // only its join handle: the context polls every future it holds whenever any one
-        // of them is woken, so a turn held there would be polled, with all its calls, for
-        // every upstream answer of every other turn in flight. The handle wakes the
-        // context once, when the turn ends.
-        let task =
-            actix::spawn(async move { run_turn(&registry, &turn.tenant, turn.request).await });
-        let ended = async move {
-            match task.await {
-                Ok(answer) => answer,
-                Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-                Err(_cancelled) => Err(TurnError::Stopped),
-            }
-        };
-        Box::pin(ended.into_actor(self).map(|answer, coordinator, _| {
-            coordinator.in_flight -= 1;
-            coordinator.finished += 1;
-            answer
-        }))
+        let ends = EndsTurn(ctx.address());
+        Box::pin(async move {
+            let _ends = ends;
+            run_turn(&registry, &turn.tenant, turn.request).await
+        })
+    }
+}
+
+/// One of the coordinator's turns has ended, however it ended.
+struct TurnEnded;
+
+impl Message for TurnEnded {
+    type Result = ();
+}
+
+impl Handler<TurnEnded> for Coordinator {
+    type Result = ();
+
+    fn handle(&mut self, _: TurnEnded, _: &mut Self::Context) {
+        self.in_flight -= 1;
+        self.finished += 1;
+    }
+}
+
+/// Tells the coordinator that its turn ended when dropped: at the end of the turn's
+/// task, or when the task is dropped before its end (a panic, the worker stopping).
+/// `do_send` queues even into a full mailbox, so the count is never lost.
+struct EndsTurn(Addr<Coordinator>);
+
+impl Drop for EndsTurn {
+    fn drop(&mut self) {
+        self.0.do_send(TurnEnded);
     }
 }
 

@@ -155,7 +155,7 @@ impl From<TurnError> for ApiError {
                 message: format!("{field}: {message}"),
                 field: Some(field),
             },
-            TurnError::TraceBackpressure(_) | TurnError::Stopped => ApiError::RuntimeUnavailable {
+            TurnError::TraceBackpressure(_) => ApiError::RuntimeUnavailable {
                 message: error.to_string(),
             },
         }
