@@ -30,15 +30,14 @@
 //!   response building or tracing, and one HTTP hop fewer.
 //! - **Same-hop baseline** (`load/same_hop.rs`): a minimal actix-web + reqwest turn server
 //!   in its own process (this binary started again, so allocating with jemalloc as ctxd
-//!   does) that takes the same turn request,
-//!   makes the same N lookups concurrently, parses them and answers JSON of ctxd's shape:
-//!   a third side of every closed-loop phase, so the ratio against it is what ctxd adds
-//!   over its network work. The closed-loop phases run at 1, 2, 4, 8 and 16 providers by
+//!   does) that takes the same turn request, makes the same N lookups concurrently,
+//!   parses them and answers JSON of ctxd's shape: a third side of every closed-loop
+//!   phase, so the ratio against it is what ctxd adds over its network work. The closed-loop phases run at 1, 2, 4, 8 and 16 providers by
 //!   default and draw the scaling curve (`load/scaling.rs`, `DIR/scaling.svg`).
 //! - **Half saturation** (at `--overhead-providers`, default 4): an open loop at half of
 //!   ctxd's closed-loop throughput (`--open-load FRACTION` sets another fraction: above
-//!   1, how ctxd holds up past saturation), for ctxd and for the baseline; ctxd's `/metrics`
-//!   histograms are scraped before and after every ctxd phase, and the p99 of
+//!   1, how ctxd holds up past saturation), for ctxd and for the baseline; ctxd's
+//!   `/metrics` histograms are scraped before and after every ctxd phase, and the p99 of
 //!   `ctxd_coordinator_overhead_seconds` is the upper bound of the bucket holding the
 //!   99th percentile of the deltas. While ctxd serves no `/metrics`, the client-side
 //!   added latency (ctxd p99 − baseline p99 at the same rate) is reported instead.

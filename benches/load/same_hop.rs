@@ -5,12 +5,12 @@
 //! Built on the same stack as ctxd: actix-web with one worker per CPU (or `--workers`)
 //! in, reqwest (HTTP/1.1, keep-alive pool, redirects off; one client per worker, as ctxd
 //! gives each worker a client slot of its own) out, and jemalloc as its allocator (the
-//! bench binary's, as ctxd's). A turn: the client's
-//! `POST /v1/turns` (bearer key compared, JSON body parsed), the same N upstream
-//! `lookup` calls made concurrently with the same bearer header and the same request
-//! body as ctxd sends, each answer read and parsed as `LookupResponse`, and a JSON
-//! answer of the same shape and a similar size as ctxd's (layers, providers with their
-//! items, and a rendered text holding each item's content). It does **not** authenticate
+//! bench binary's, as ctxd's). A turn: the client's `POST /v1/turns` (bearer key
+//! compared, JSON body parsed), the same N upstream `lookup` calls made concurrently
+//! with the same bearer header and the same request body as ctxd sends, each answer
+//! read and parsed as `LookupResponse`, and a JSON answer of the same shape and a
+//! similar size as ctxd's (layers, providers with their items, and a rendered text
+//! holding each item's content). It does **not** authenticate
 //! against hashed keys, gate, admit, check bounds or secrets, fingerprint, render with
 //! fences, record metrics, or capture and write a trace: the ratio against it is what
 //! ctxd itself adds over its network work.

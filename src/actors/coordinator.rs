@@ -112,9 +112,9 @@ impl Handler<RunTurn> for Coordinator {
     /// `ResponseFuture`), not inside the actor's context: the context polls every future
     /// it holds whenever any one of them is woken, so turns held there would each be
     /// polled, with all their calls, for every upstream answer of every other turn in
-    /// flight — a cost that grows with the turns in flight and, past saturation, left
-    /// the worker no time for anything else. The turn's task tells the actor when it
-    /// ends.
+    /// flight — a cost that grows with the turns in flight, so that past saturation the
+    /// turns holding provider permits hardly moved and almost no turn got every
+    /// provider. The turn's task tells the actor when it ends.
     fn handle(&mut self, turn: RunTurn, ctx: &mut Self::Context) -> Self::Result {
         self.in_flight += 1;
         let registry = Arc::clone(&self.registry);
