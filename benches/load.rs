@@ -3,10 +3,9 @@
 //! ```text
 //! cargo bench --bench load -- [--duration SECS] [--warmup SECS] [--concurrency N]
 //!     [--providers 1,4,8] [--overhead-providers N|none] [--open-load FRACTION]
-//!     [--rounds N] [--soak SECS]
-//!     [--soak-providers N] [--skip-load] [--workers N] [--client-threads N]
-//!     [--mock-threads N] [--compare-ctxd PATH] [--repeated FRACTION]
-//!     [--repeated-providers N] [--postgres] [--out DIR]
+//!     [--rounds N] [--soak SECS] [--soak-providers N] [--skip-load] [--workers N]
+//!     [--client-threads N] [--mock-threads N] [--compare-ctxd PATH]
+//!     [--repeated FRACTION] [--repeated-providers N] [--postgres] [--out DIR]
 //! ```
 //!
 //! - **Mock providers**: one hand-written HTTP/1.1 `context-provider.v1` server per
@@ -32,8 +31,9 @@
 //!   in its own process (this binary started again, so allocating with jemalloc as ctxd
 //!   does) that takes the same turn request, makes the same N lookups concurrently,
 //!   parses them and answers JSON of ctxd's shape: a third side of every closed-loop
-//!   phase, so the ratio against it is what ctxd adds over its network work. The closed-loop phases run at 1, 2, 4, 8 and 16 providers by
-//!   default and draw the scaling curve (`load/scaling.rs`, `DIR/scaling.svg`).
+//!   phase, so the ratio against it is what ctxd adds over its network work. The
+//!   closed-loop phases run at 1, 2, 4, 8 and 16 providers by default and draw the
+//!   scaling curve (`load/scaling.rs`, `DIR/scaling.svg`).
 //! - **Half saturation** (at `--overhead-providers`, default 4): an open loop at half of
 //!   ctxd's closed-loop throughput (`--open-load FRACTION` sets another fraction: above
 //!   1, how ctxd holds up past saturation), for ctxd and for the baseline; ctxd's
@@ -110,6 +110,9 @@ use tokio::time::Instant;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// The open-loop phase's default rate as a fraction of ctxd's closed-loop throughput:
+/// the fraction its overhead target is read at.
+const HALF_SATURATION: f64 = 0.5;
 const API_KEY: &str = "ctxd-load-bench-key";
 const PROVIDER_SECRET: &str = "load-bench-provider-secret-5d1c9a";
 const SECRET_ENV: &str = "CTXD_LOAD_PROVIDER_TOKEN";
@@ -174,7 +177,7 @@ fn parse_args() -> Args {
         concurrency: 64,
         providers: vec![1, 2, 4, 8, 16],
         overhead_providers: Some(4),
-        open_load: 0.5,
+        open_load: HALF_SATURATION,
         soak: None,
         soak_providers: 4,
         skip_load: false,
@@ -265,7 +268,7 @@ fn parse_args() -> Args {
 
 /// What the open-loop phase is called: half saturation at the default fraction.
 fn open_load_label(fraction: f64) -> String {
-    if fraction == 0.5 {
+    if fraction == HALF_SATURATION {
         "half saturation".to_owned()
     } else {
         format!("{fraction} × saturation")
@@ -2912,7 +2915,10 @@ fn main() {
             "measured": ratio, "met": ratio >= 0.7}));
     }
     // The target is read at half saturation only.
-    if let Some(o) = overhead.as_ref().filter(|_| args.open_load == 0.5) {
+    if let Some(o) = overhead
+        .as_ref()
+        .filter(|_| args.open_load == HALF_SATURATION)
+    {
         match o.ctxd.overhead_p99_seconds() {
             Some(p99) => targets.push(json!({"target": "coordinator overhead p99 <= 0.3 ms at half saturation",
                 "measured_seconds": p99, "source": "/metrics ctxd_coordinator_overhead_seconds (bucket upper bound)",

@@ -10,10 +10,10 @@
 //! with the same bearer header and the same request body as ctxd sends, each answer
 //! read and parsed as `LookupResponse`, and a JSON answer of the same shape and a
 //! similar size as ctxd's (layers, providers with their items, and a rendered text
-//! holding each item's content). It does **not** authenticate
-//! against hashed keys, gate, admit, check bounds or secrets, fingerprint, render with
-//! fences, record metrics, or capture and write a trace: the ratio against it is what
-//! ctxd itself adds over its network work.
+//! holding each item's content). It does **not** authenticate against hashed keys,
+//! gate, admit, check bounds or secrets, fingerprint, render with fences, record
+//! metrics, or capture and write a trace: the ratio against it is what ctxd itself adds
+//! over its network work.
 
 use super::{API_KEY, mock_lookup};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
