@@ -408,14 +408,24 @@ async fn an_exhausted_pool_answers_overloaded() {
             async move { lookup_within(&provider, CUSTOMER, 10, Duration::from_secs(2)).await },
         )
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The pool's one connection is taken once the holder's query runs on the server: a
+    // fixed pause could end before that on a busy machine.
+    let admin = admin().await;
+    let waiting = Instant::now();
+    while sleeping_backends(&admin, "exhausted-pool").await < 1 {
+        assert!(
+            waiting.elapsed() < Duration::from_secs(2),
+            "the holder's query never started"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let started = Instant::now();
     let outcome = lookup_within(&provider, CUSTOMER, 10, Duration::from_millis(300)).await;
     assert_failed(&outcome, ProviderStatus::Unavailable, "OVERLOADED");
     assert!(started.elapsed() < Duration::from_millis(1500));
     let held = holder.await.unwrap();
     assert_failed(&held, ProviderStatus::Timeout, "DEADLINE");
-    sleepers_gone(&admin().await, "exhausted-pool").await;
+    sleepers_gone(&admin, "exhausted-pool").await;
 }
 
 #[tokio::test]
