@@ -294,6 +294,7 @@ pub(crate) fn open_for_pruning(path: &Path) -> Result<Connection, StoreError> {
     })?;
     conn.busy_timeout(super::schema::BUSY_TIMEOUT)
         .map_err(sqlite(path, "set busy_timeout"))?;
+    super::schema::without_foreign_keys(&conn, path)?;
     super::schema::require_current(&conn, path)?;
     Ok(conn)
 }
@@ -388,6 +389,24 @@ mod tests {
         assert!(reader.turn(None, "acme-4").unwrap().is_some());
         assert!(reader.turn(None, "globex-0").unwrap().is_some());
         assert_eq!(store.oldest_started_ms().unwrap(), Some(0));
+    }
+
+    #[test]
+    fn pruning_a_turn_steps_through_no_whole_table() {
+        // Deleting a turn must not look at every layer decision or provider record of
+        // the store: an enforced foreign key from the child tables to `turns` did, on
+        // every deleted turn, as `layer_decisions` has no index led by `turn_seq`.
+        let (_dir, mut store) = store(&["acme"], 50);
+        let pruned = store.prune_batch("acme", 2 * DAY_MS, 10).unwrap();
+        assert_eq!(pruned.turns, 2);
+        for sql in [DELETE_TURN, DELETE_PROVIDER_RECORDS, DELETE_LAYER_DECISIONS] {
+            let statement = store.connection().prepare_cached(sql).unwrap();
+            assert_eq!(
+                statement.get_status(rusqlite::StatementStatus::FullscanStep),
+                0,
+                "{sql}"
+            );
+        }
     }
 
     #[test]

@@ -84,6 +84,17 @@ const MIGRATIONS: &[&str] = &[
     );",
 ];
 
+/// Turns off foreign key enforcement on a write connection (the bundled SQLite enforces
+/// them by default). The `REFERENCES` clauses say which turn a row belongs to; the
+/// writers keep that true themselves — a turn and its rows commit in one transaction,
+/// and pruning deletes a turn's rows with it. Enforcing it cost a lookup of the turn for
+/// every row written and, since no index of `layer_decisions` is led by `turn_seq`, a
+/// scan of every layer decision in the store for every turn pruned.
+pub(super) fn without_foreign_keys(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    conn.pragma_update(None, "foreign_keys", "OFF")
+        .map_err(sqlite(path, "turn foreign key enforcement off"))
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -4,7 +4,7 @@
 use super::error::{StoreError, sqlite};
 use super::prune::{self, Pruned};
 use super::rows::{HandleOperationRow, Queued, RowEncoder, TraceRows};
-use super::schema::{BUSY_TIMEOUT, STATEMENT_CACHE, migrate};
+use super::schema::{BUSY_TIMEOUT, STATEMENT_CACHE, migrate, without_foreign_keys};
 use crate::trace::digest::DigestKey;
 use crate::trace::record::TurnTrace;
 use crate::trace::upkeep::StoreUsage;
@@ -127,6 +127,7 @@ impl TraceStore {
         }
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(sqlite(path, "set synchronous=NORMAL"))?;
+        without_foreign_keys(&conn, path)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         migrate(&mut conn, path)?;
         Ok(TraceStore {

@@ -84,6 +84,13 @@ const MIGRATIONS: &[&str] = &[
         id BIGINT PRIMARY KEY,
         bytes BYTEA NOT NULL
     );",
+    // 3: the references from a turn's rows to `turns` are no longer enforced (see the
+    // SQLite store's `without_foreign_keys`): the writer commits a turn with its rows
+    // and pruning deletes them together. Enforced, each row written locked its turn,
+    // and each turn pruned scanned `layer_decisions`, which has no index led by
+    // `turn_seq`.
+    "ALTER TABLE layer_decisions DROP CONSTRAINT IF EXISTS layer_decisions_turn_seq_fkey;
+    ALTER TABLE provider_records DROP CONSTRAINT IF EXISTS provider_records_turn_seq_fkey;",
 ];
 
 const VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_version (

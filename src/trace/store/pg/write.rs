@@ -447,6 +447,30 @@ mod tests {
     }
 
     #[test]
+    fn the_rows_of_a_turn_carry_no_enforced_foreign_key() {
+        // Enforced, every row written locked its turn and every turn pruned scanned all
+        // of `layer_decisions` (no index of it is led by `turn_seq`).
+        let (schema, target) = Schema::create();
+        let _store = PgTraceStore::open(&target).unwrap();
+        let name = schema.name.clone();
+        let foreign_keys: i64 = schema
+            .admin
+            .run("count foreign keys", |client| async move {
+                let row = client
+                    .query_one(
+                        "SELECT COUNT(*) FROM pg_constraint c
+                         JOIN pg_namespace n ON n.oid = c.connamespace
+                         WHERE c.contype = 'f' AND n.nspname = $1",
+                        &[&name],
+                    )
+                    .await?;
+                Ok(row.get(0))
+            })
+            .unwrap();
+        assert_eq!(foreign_keys, 0);
+    }
+
+    #[test]
     fn a_retried_batch_writes_nothing_twice_and_reads_back_as_written() {
         let (_schema, target) = Schema::create();
         let mut store = PgTraceStore::open(&target).unwrap();
