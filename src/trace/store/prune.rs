@@ -397,16 +397,22 @@ mod tests {
         // the store: an enforced foreign key from the child tables to `turns` did, on
         // every deleted turn, as `layer_decisions` has no index led by `turn_seq`.
         let (_dir, mut store) = store(&["acme"], 50);
+        let path = store_path(&store);
+        let whole_table_steps = |conn: &Connection| {
+            [DELETE_TURN, DELETE_PROVIDER_RECORDS, DELETE_LAYER_DECISIONS].map(|sql| {
+                conn.prepare_cached(sql)
+                    .unwrap()
+                    .get_status(rusqlite::StatementStatus::FullscanStep)
+            })
+        };
+        // The writer's connection, then the operator's (`ctxd traces prune`).
         let pruned = store.prune_batch("acme", 2 * DAY_MS, 10).unwrap();
         assert_eq!(pruned.turns, 2);
-        for sql in [DELETE_TURN, DELETE_PROVIDER_RECORDS, DELETE_LAYER_DECISIONS] {
-            let statement = store.connection().prepare_cached(sql).unwrap();
-            assert_eq!(
-                statement.get_status(rusqlite::StatementStatus::FullscanStep),
-                0,
-                "{sql}"
-            );
-        }
+        assert_eq!(whole_table_steps(store.connection()), [0, 0, 0]);
+        let mut operator = open_for_pruning(&path).unwrap();
+        let pruned = prune_batch(&mut operator, &path, "acme", 4 * DAY_MS, 10).unwrap();
+        assert_eq!(pruned.turns, 2);
+        assert_eq!(whole_table_steps(&operator), [0, 0, 0]);
     }
 
     #[test]
