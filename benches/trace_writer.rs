@@ -5,10 +5,11 @@
 //!   `shutdown`, default settings (queue 8192, batches of 256, 50 ms), timed from the
 //!   first enqueue to the return of `shutdown` (the last commit). Serializing and
 //!   sealing happen inside the timed region, on the enqueuing thread.
-//! - **baseline**: a plain rusqlite connection (WAL, `synchronous=NORMAL`) on a store
-//!   whose schema `TraceStore::open` created, inserting the same rows — serialized and
-//!   sealed by `RowEncoder` *before* the clock starts — in transactions of 256 turns with
-//!   prepared statements.
+//! - **baseline**: a plain rusqlite connection (WAL, `synchronous=NORMAL`, foreign keys
+//!   not enforced, as on the writer's connection) on a store whose schema
+//!   `TraceStore::open` created, inserting the same rows — serialized and sealed by
+//!   `RowEncoder` *before* the clock starts — in transactions of 256 turns with prepared
+//!   statements.
 //!
 //! Both sides allocate with jemalloc, as the `ctxd` binary does.
 //!
@@ -420,6 +421,8 @@ fn plain_connection(path: &Path) -> Connection {
     let conn = Connection::open(path).unwrap();
     conn.pragma_update(None, "journal_mode", "WAL").unwrap();
     conn.pragma_update(None, "synchronous", "NORMAL").unwrap();
+    // As the store's write connection: references to `turns` are not enforced.
+    conn.pragma_update(None, "foreign_keys", "OFF").unwrap();
     conn
 }
 
