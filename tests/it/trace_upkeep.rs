@@ -65,6 +65,19 @@ struct Answers {
     refused: Vec<Value>,
 }
 
+impl Answers {
+    /// Files one turn's answer: answered (200) or refused (503); anything else fails.
+    fn record(&mut self, status: u16, body: Value) {
+        match status {
+            200 => self
+                .answered
+                .push(body["turnId"].as_str().unwrap().to_owned()),
+            503 => self.refused.push(body),
+            other => panic!("turn answered {other}: {body}"),
+        }
+    }
+}
+
 /// Sends turns, 16 at a time, until `refusals` of them were refused (or `most` sent).
 async fn turns_until_refused(ctxd: &Ctxd, first: usize, refusals: usize, most: usize) -> Answers {
     let mut answers = Answers::default();
@@ -75,13 +88,7 @@ async fn turns_until_refused(ctxd: &Ctxd, first: usize, refusals: usize, most: u
             .collect();
         next += 16;
         for (status, body) in futures_util::future::join_all(batch).await {
-            match status {
-                200 => answers
-                    .answered
-                    .push(body["turnId"].as_str().unwrap().to_owned()),
-                503 => answers.refused.push(body),
-                other => panic!("turn answered {other}: {body}"),
-            }
+            answers.record(status, body);
         }
     }
     answers
@@ -156,13 +163,7 @@ async fn a_store_at_its_bound_refuses_turns_and_every_answered_turn_is_traced() 
             break;
         }
         let (status, body) = turn(&ctxd, KEY, request(i)).await;
-        match status {
-            200 => answers
-                .answered
-                .push(body["turnId"].as_str().unwrap().to_owned()),
-            503 => answers.refused.push(body),
-            other => panic!("turn answered {other}: {body}"),
-        }
+        answers.record(status, body);
     }
     for body in &answers.refused {
         assert_eq!(body["error"]["code"], "RUNTIME_UNAVAILABLE", "{body}");
