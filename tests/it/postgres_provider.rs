@@ -349,17 +349,25 @@ async fn sleeping_backends(admin: &Client, marker: &str) -> i64 {
         .get(0)
 }
 
-/// Polls until no backend of ctxd sleeps; how long it took.
-async fn sleepers_gone(admin: &Client, marker: &str) -> Duration {
+/// Polls (for at most 2 s, else fails saying `never`) until the number of ctxd's
+/// sleeping backends satisfies `done`; how long it took.
+async fn poll_sleepers(
+    admin: &Client,
+    marker: &str,
+    done: impl Fn(i64) -> bool,
+    never: &str,
+) -> Duration {
     let started = Instant::now();
-    while sleeping_backends(admin, marker).await > 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "a pg_sleep query kept running"
-        );
+    while !done(sleeping_backends(admin, marker).await) {
+        assert!(started.elapsed() < Duration::from_secs(2), "{never}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     started.elapsed()
+}
+
+/// Polls until no backend of ctxd sleeps; how long it took.
+async fn sleepers_gone(admin: &Client, marker: &str) -> Duration {
+    poll_sleepers(admin, marker, |n| n == 0, "a pg_sleep query kept running").await
 }
 
 /// Sleeps a minute for a real value; NULL (the dry run at open) does not sleep.
@@ -411,14 +419,13 @@ async fn an_exhausted_pool_answers_overloaded() {
     // The pool's one connection is taken once the holder's query runs on the server: a
     // fixed pause could end before that on a busy machine.
     let admin = admin().await;
-    let waiting = Instant::now();
-    while sleeping_backends(&admin, "exhausted-pool").await < 1 {
-        assert!(
-            waiting.elapsed() < Duration::from_secs(2),
-            "the holder's query never started"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    poll_sleepers(
+        &admin,
+        "exhausted-pool",
+        |n| n >= 1,
+        "the holder's query never started",
+    )
+    .await;
     let started = Instant::now();
     let outcome = lookup_within(&provider, CUSTOMER, 10, Duration::from_millis(300)).await;
     assert_failed(&outcome, ProviderStatus::Unavailable, "OVERLOADED");
