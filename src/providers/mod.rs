@@ -129,6 +129,34 @@ mod tests {
         assert!(!format!("{secret}").contains("s3cr3t"));
         assert_eq!(secret.expose(), "s3cr3t-value");
     }
+
+    /// The size of what `lookup` returns, for any provider and call.
+    fn future_size<'a, P: 'a, F>(_: impl FnOnce(&'a P, &'a LookupCall<'a>) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn a_lookup_future_is_the_size_of_an_inline_providers_not_of_the_largest() {
+        let inline = [
+            future_size(http::HttpProvider::lookup),
+            future_size(sqlite::SqliteProvider::lookup),
+            future_size(rest::RestProvider::lookup),
+        ];
+        let largest_inline = inline.into_iter().max().expect("three sizes");
+        // The boxed ones are larger than any inline one; were they inline, every call's
+        // future would be as large as the largest of them.
+        for boxed in [
+            future_size(postgres::PostgresProvider::lookup),
+            future_size(mcp::McpProvider::lookup),
+        ] {
+            assert!(boxed > largest_inline, "{boxed} vs {largest_inline}");
+        }
+        let lookup = future_size(Implementation::lookup);
+        assert!(
+            lookup <= largest_inline + 128,
+            "a lookup future takes {lookup} bytes; the largest inline provider's takes {largest_inline}"
+        );
+    }
 }
 
 /// The implementation behind one provider binding. Cheap to clone: clones share the
@@ -160,13 +188,18 @@ impl Implementation {
         }
     }
 
+    /// One lookup. A future is as large as its largest arm's, and a turn's calls are
+    /// moved (joined, timed) by value, so the two lookups whose futures are several
+    /// times the others' — PostgreSQL's (a pooled connection and its query) and MCP's
+    /// (a session and its request) — wait in a box of their own: every other call's
+    /// future stays the size of its own provider's, not theirs.
     pub(crate) async fn lookup(&self, call: &LookupCall<'_>) -> crate::outcome::Outcome {
         match self {
             Implementation::Http(provider) => provider.lookup(call).await,
             Implementation::Sqlite(provider) => provider.lookup(call).await,
             Implementation::Rest(provider) => provider.lookup(call).await,
-            Implementation::Postgres(provider) => provider.lookup(call).await,
-            Implementation::Mcp(provider) => provider.lookup(call).await,
+            Implementation::Postgres(provider) => Box::pin(provider.lookup(call)).await,
+            Implementation::Mcp(provider) => Box::pin(provider.lookup(call)).await,
         }
     }
 
