@@ -1149,7 +1149,12 @@ fn stat_ticks(path: &Path) -> Option<u64> {
 
 /// CPU ticks of this process's threads whose name starts with `prefix`.
 fn thread_ticks(prefix: &str) -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+    threads_ticks_of("self", prefix)
+}
+
+/// CPU ticks of process `pid`'s threads whose name starts with `prefix`.
+fn threads_ticks_of(pid: &str, prefix: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0;
     };
     tasks
@@ -1178,9 +1183,15 @@ fn machine_ticks() -> (u64, u64) {
     (total - idle, total)
 }
 
+/// The trace writer's thread in a `ctxd` process (its name, cut to 15 bytes).
+const WRITER_THREAD: &str = "ctxd-trace-wri";
+
 #[derive(Clone, Copy, Default)]
 struct CpuSnapshot {
     ctxd: u64,
+    /// The trace writer thread of the ctxd process: SQLite's share, measured apart from
+    /// the rest (its work per turn is steadier than the whole process's).
+    writer: u64,
     client: u64,
     mock: u64,
     /// The whole bench process (client, mocks, the driver's main thread).
@@ -1195,6 +1206,7 @@ fn cpu_snapshot(ctxd: Option<u32>) -> CpuSnapshot {
         ctxd: ctxd
             .and_then(|pid| stat_ticks(Path::new(&format!("/proc/{pid}/stat"))))
             .unwrap_or(0),
+        writer: ctxd.map_or(0, |pid| threads_ticks_of(&pid.to_string(), WRITER_THREAD)),
         client: thread_ticks("bench-client"),
         mock: thread_ticks("bench-mock"),
         bench: stat_ticks(Path::new("/proc/self/stat")).unwrap_or(0),
@@ -1404,6 +1416,8 @@ struct Phase {
 #[derive(Clone, Copy, Default)]
 struct CpuSeconds {
     ctxd: f64,
+    /// Of `ctxd`, the trace writer thread's.
+    writer: f64,
     client: f64,
     mock: f64,
     /// CPU-seconds the whole machine was busy.
@@ -1419,6 +1433,7 @@ struct CpuSeconds {
 impl CpuSeconds {
     fn add(&mut self, other: &CpuSeconds) {
         self.ctxd += other.ctxd;
+        self.writer += other.writer;
         self.client += other.client;
         self.mock += other.mock;
         self.machine_busy += other.machine_busy;
@@ -1465,6 +1480,11 @@ impl Phase {
     /// CPU µs per turn of the server process (ctxd, or the same-hop server).
     fn cpu_us_per_turn(&self) -> f64 {
         self.per_1000(self.cpu.ctxd) * 1000.0
+    }
+
+    /// CPU µs per turn of ctxd's trace writer thread (0 for a side without one).
+    fn writer_us_per_turn(&self) -> f64 {
+        self.per_1000(self.cpu.writer) * 1000.0
     }
 
     /// Upstream lookups per provider call a turn made: 1 without a cache.
@@ -1539,6 +1559,7 @@ impl Phase {
             "percentile_curve_ms": curve(&self.sorted_us).iter().map(|(p, ms)| json!([p, ms])).collect::<Vec<_>>(),
             "cpu_seconds": {
                 "ctxd": self.cpu.ctxd,
+                "ctxd_trace_writer_thread": self.cpu.writer,
                 "client": self.cpu.client,
                 "mocks": self.cpu.mock,
                 "total": self.cpu_total(),
@@ -1550,6 +1571,7 @@ impl Phase {
             },
             "cpu_seconds_per_1000_turns": {
                 "ctxd": self.per_1000(self.cpu.ctxd),
+                "ctxd_trace_writer_thread": self.per_1000(self.cpu.writer),
                 "client": self.per_1000(self.cpu.client),
                 "mocks": self.per_1000(self.cpu.mock),
                 "total": self.per_1000(self.cpu_total()),
@@ -1728,6 +1750,7 @@ impl Machine {
         let busy = ticks(before.busy, after.busy);
         let cpu = CpuSeconds {
             ctxd: ctxd_seconds,
+            writer: ticks(before.writer, after.writer),
             client: ticks(before.client, after.client),
             mock: ticks(before.mock, after.mock),
             machine_busy: busy,
@@ -2360,6 +2383,7 @@ impl Compared {
             "ctxd_cpu_per_turn_ratio": versus.ctxd_cpu_per_turn,
             "total_cpu_per_turn_ratio": versus.total_cpu_per_turn,
             "throughput_ratio": versus.throughput,
+            "writer_cpu_per_turn_ratio": versus.writer_us.0 / versus.writer_us.1,
             "turns_answered_incl_warmup": self.traces.answered,
             "turns_in_trace_store": self.traces.stored,
             "trace_store_bytes_per_turn": self.traces.bytes_per_turn(),
@@ -2376,6 +2400,8 @@ struct Versus {
     total_cpu_per_turn: f64,
     /// ctxd's turns/s ÷ the compare binary's.
     throughput: f64,
+    /// The trace writer thread's CPU µs per turn, ctxd's and the compare binary's.
+    writer_us: (f64, f64),
 }
 
 impl Versus {
@@ -2385,13 +2411,18 @@ impl Versus {
             total_cpu_per_turn: ctxd.per_1000(ctxd.cpu_total())
                 / compare.per_1000(compare.cpu_total()),
             throughput: ctxd.throughput() / compare.throughput(),
+            writer_us: (ctxd.writer_us_per_turn(), compare.writer_us_per_turn()),
         }
     }
 
     fn line(&self) -> String {
+        let (writer, compared) = self.writer_us;
         format!(
-            "  ctxd ÷ compare: CPU per turn {:.3} (ctxd process), {:.3} (ctxd + client + mocks); throughput {:.3}",
-            self.ctxd_cpu_per_turn, self.total_cpu_per_turn, self.throughput
+            "  ctxd ÷ compare: CPU per turn {:.3} (ctxd process), {:.3} (ctxd + client + mocks); throughput {:.3}; trace writer thread {writer:.1} µs ÷ {compared:.1} µs per turn = {:.3}",
+            self.ctxd_cpu_per_turn,
+            self.total_cpu_per_turn,
+            self.throughput,
+            writer / compared
         )
     }
 }
@@ -2406,6 +2437,8 @@ struct SameHop {
     same_hop_cpu_us: f64,
     /// The same with the client and the mocks: the whole machine's cost of a turn.
     total_cpu_per_turn: f64,
+    /// Of ctxd's CPU µs per turn, its trace writer thread's.
+    writer_us: f64,
 }
 
 impl SameHop {
@@ -2415,18 +2448,20 @@ impl SameHop {
             ctxd_cpu_us: ctxd.cpu_us_per_turn(),
             same_hop_cpu_us: hop.cpu_us_per_turn(),
             total_cpu_per_turn: ctxd.per_1000(ctxd.cpu_total()) / hop.per_1000(hop.cpu_total()),
+            writer_us: ctxd.writer_us_per_turn(),
         }
     }
 
     fn line(&self) -> String {
         format!(
-            "  ctxd ÷ same-hop: throughput {:.3}; server CPU per turn {:.0} µs ÷ {:.0} µs = {:.2} (ctxd + client + mocks {:.2}); ctxd's own work {:.0} µs per turn",
+            "  ctxd ÷ same-hop: throughput {:.3}; server CPU per turn {:.0} µs ÷ {:.0} µs = {:.2} (ctxd + client + mocks {:.2}); ctxd's own work {:.0} µs per turn, its trace writer thread {:.0} µs",
             self.throughput,
             self.ctxd_cpu_us,
             self.same_hop_cpu_us,
             self.ctxd_cpu_us / self.same_hop_cpu_us,
             self.total_cpu_per_turn,
-            self.ctxd_cpu_us - self.same_hop_cpu_us
+            self.ctxd_cpu_us - self.same_hop_cpu_us,
+            self.writer_us
         )
     }
 
@@ -2438,6 +2473,7 @@ impl SameHop {
             "server_cpu_per_turn_ratio": self.ctxd_cpu_us / self.same_hop_cpu_us,
             "total_cpu_per_turn_ratio": self.total_cpu_per_turn,
             "ctxd_own_cpu_us_per_turn": self.ctxd_cpu_us - self.same_hop_cpu_us,
+            "ctxd_trace_writer_thread_cpu_us_per_turn": self.writer_us,
         })
     }
 }
