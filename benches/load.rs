@@ -42,7 +42,8 @@
 //!   99th percentile of the deltas. While ctxd serves no `/metrics`, the client-side
 //!   added latency (ctxd p99 − baseline p99 at the same rate) is reported instead.
 //! - **CPU and RSS**: `/proc/<ctxd>/stat` and per-thread `/proc/self/task/*/stat`
-//!   (client and mock threads by name) at the start and end of each measured window;
+//!   (client and mock threads by name; ctxd's trace writer thread from
+//!   `/proc/<ctxd>/task/*/stat`) at the start and end of each measured window;
 //!   peak RSS from `VmHWM` after resetting it (`clear_refs` 5) at the window start, with
 //!   `VmRSS` sampled every 250 ms as a fallback.
 //! - **Compare** (`--compare-ctxd PATH`): another ctxd binary (a build of the previous
@@ -1183,7 +1184,8 @@ fn machine_ticks() -> (u64, u64) {
     (total - idle, total)
 }
 
-/// The trace writer's thread in a `ctxd` process (its name, cut to 15 bytes).
+/// The trace writer's thread in a `ctxd` process: a prefix of its name, which the kernel
+/// cuts to 15 bytes.
 const WRITER_THREAD: &str = "ctxd-trace-wri";
 
 #[derive(Clone, Copy, Default)]
