@@ -2385,7 +2385,7 @@ impl Compared {
             "ctxd_cpu_per_turn_ratio": versus.ctxd_cpu_per_turn,
             "total_cpu_per_turn_ratio": versus.total_cpu_per_turn,
             "throughput_ratio": versus.throughput,
-            "writer_cpu_per_turn_ratio": versus.writer_us.0 / versus.writer_us.1,
+            "writer_cpu_per_turn_ratio": versus.writer_ratio(),
             "turns_answered_incl_warmup": self.traces.answered,
             "turns_in_trace_store": self.traces.stored,
             "trace_store_bytes_per_turn": self.traces.bytes_per_turn(),
@@ -2417,6 +2417,11 @@ impl Versus {
         }
     }
 
+    /// ctxd's trace writer thread CPU per turn ÷ the compare binary's.
+    fn writer_ratio(&self) -> f64 {
+        self.writer_us.0 / self.writer_us.1
+    }
+
     fn line(&self) -> String {
         let (writer, compared) = self.writer_us;
         format!(
@@ -2424,7 +2429,7 @@ impl Versus {
             self.ctxd_cpu_per_turn,
             self.total_cpu_per_turn,
             self.throughput,
-            writer / compared
+            self.writer_ratio()
         )
     }
 }
