@@ -98,11 +98,16 @@ impl ClientSlots {
 /// The policy every client that talks to a provider keeps (the providers' and
 /// `ctxd provider-check`'s): rustls, no redirects followed, no retries, no proxy from
 /// the environment.
+///
+/// No retries is said twice: a scope that applies to no request, and no retry allowed
+/// per request. The second keeps reqwest from copying every request (its headers and
+/// extensions) in case a retry were wanted; with the scope alone it copies each one
+/// and then throws the copy away.
 pub(crate) fn hardened_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .tls_backend_rustls()
         .redirect(reqwest::redirect::Policy::none())
-        .retry(reqwest::retry::never())
+        .retry(reqwest::retry::never().max_retries_per_request(0))
         .no_proxy()
 }
 
