@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the pure core on the demo project: gating, assembling and
 //! rendering a turn, bounds and secret scanning of provider items, canonical digests,
-//! keyed locators, capturing a turn's trace, and a trace batch insert into a SQLite store.
+//! keyed locators, capturing a turn's trace, writing the turn's answer and records as
+//! JSON (serde_json against `ctxd::json`), and a trace batch insert into a SQLite store.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ctxd::config::Retention;
@@ -93,6 +94,16 @@ fn benches(c: &mut Criterion) {
                 "00112233445566778899aabbccddeeff",
             )
         })
+    });
+
+    // The turn answer's bulk and a turn's trace records, written by serde_json (the
+    // baseline) and by `ctxd::json` (what the turn path uses), in the same run.
+    let result = kernel::assemble(&project, &plan.decisions, &calls, 12_000, NONCE);
+    c.bench_function("json/demo turn result: serde_json", |b| {
+        b.iter(|| serde_json::to_vec(black_box(&result)).unwrap())
+    });
+    c.bench_function("json/demo turn result: ctxd::json", |b| {
+        b.iter(|| ctxd::json::to_vec(black_box(&result)).unwrap())
     });
 
     let large = items(100, 4_000);
@@ -207,6 +218,36 @@ fn trace_benches(c: &mut Criterion) {
     c.bench_function("trace/capture demo turn", |b| {
         b.iter(|| demo_traces(black_box(&answered), &key, 1))
     });
+    let trace = demo_traces(&answered, &key, 1).remove(0);
+    let trace = &trace;
+    let records_by = |write: fn(&mut Vec<u8>, &TurnTrace)| {
+        move |b: &mut criterion::Bencher<'_>| {
+            let mut text = Vec::new();
+            b.iter(|| {
+                text.clear();
+                write(&mut text, black_box(trace));
+                text.len()
+            })
+        }
+    };
+    c.bench_function(
+        "json/demo turn records: serde_json",
+        records_by(|text, trace| {
+            serde_json::to_writer(&mut *text, &trace.turn).unwrap();
+            for provider in &trace.providers {
+                serde_json::to_writer(&mut *text, provider).unwrap();
+            }
+        }),
+    );
+    c.bench_function(
+        "json/demo turn records: ctxd::json",
+        records_by(|text, trace| {
+            ctxd::json::write(text, &trace.turn).unwrap();
+            for provider in &trace.providers {
+                ctxd::json::write(text, provider).unwrap();
+            }
+        }),
+    );
 
     let traces = demo_traces(&answered, &key, TRACE_BATCH);
     let bench_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");

@@ -27,6 +27,7 @@
 //! - [`handles`] — material too large for a budget, behind opaque handles with bounded
 //!   operations.
 //! - [`digest`] — canonical JSON and SHA-256 digests.
+//! - [`json`] — compact JSON for the turn path's large bodies, as serde_json writes it.
 //! - [`trace`] — the provenance record model, keyed digests, the trace store and writer.
 //! - [`reload`] — what a reload changes (pure): settings that need a restart, provider
 //!   actors kept, started and stopped, the summary.
@@ -49,6 +50,7 @@ pub(crate) mod fixtures;
 mod fuzz;
 pub mod gate;
 pub(crate) mod handles;
+pub mod json;
 pub mod kernel;
 pub mod outcome;
 pub mod project;

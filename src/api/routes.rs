@@ -7,6 +7,7 @@ use super::tenant::optional_tenant;
 use super::{ApiError, ApiState, Tenant};
 use crate::actors::{Coordinator, RunTurn, TenantRuntime, Topology};
 use crate::contract::{ErrorBody, TurnRequest, TurnResponse};
+use crate::json;
 use crate::telemetry::metrics::TurnEnded;
 use actix::Addr;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -226,7 +227,15 @@ async fn turn(
         Err(refused) => (None, Err(refused)),
     };
     count_turn(tenant.as_ref(), &result);
-    result.map(|response| HttpResponse::Ok().json(response))
+    result.map(|response| turn_answer(&response))
+}
+
+/// The `200` of `POST /v1/turns`: the answer as compact JSON ([`json`]).
+fn turn_answer(response: &TurnResponse) -> HttpResponse {
+    let body = json::to_vec(response).expect("a turn answer always serializes");
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(body)
 }
 
 /// Counts a turn by how it ended (`/v1/turns` and the MCP `get_context` tool alike).

@@ -334,6 +334,16 @@ mod tests {
         answer: &dyn Fn(&Invocation) -> Outcome,
         retention: Retention,
     ) -> TurnTrace {
+        run_turn(project, inputs, answer, retention).0
+    }
+
+    /// [`capture_turn`], and the turn's answer.
+    fn run_turn(
+        project: &Project,
+        inputs: &BTreeMap<String, String>,
+        answer: &dyn Fn(&Invocation) -> Outcome,
+        retention: Retention,
+    ) -> (TurnTrace, crate::contract::TurnResponse) {
         let key = key();
         let ask = Ask {
             profile: None,
@@ -371,7 +381,41 @@ mod tests {
             retention,
             retention_ttl: Duration::from_secs(3600),
         };
-        answered.capture(&turn, &key, &settings)
+        let trace = answered.capture(&turn, &key, &settings);
+        (trace, answered.respond(&turn))
+    }
+
+    #[test]
+    fn a_turns_answer_and_records_are_written_as_serde_json_writes_them() {
+        let inputs: BTreeMap<String, String> = [("customerId".to_owned(), VALUE.to_owned())].into();
+        let answer = |invocation: &Invocation| match invocation.provider_id.as_str() {
+            "crm" => Outcome::items(
+                vec![
+                    item(
+                        VALUE,
+                        "Gold tier since 2020;\n\t\"quoted\" \\ \u{1}\u{7f} é \u{2028}",
+                    ),
+                    item("second", &"x".repeat(300)),
+                ],
+                Currentness::Current,
+                Source::Live,
+            ),
+            _ => Outcome::failed(Failure::Deadline, Source::Live),
+        };
+        let (trace, response) = run_turn(&project(), &inputs, &answer, Retention::Content);
+        assert_eq!(
+            crate::json::to_vec(&response).unwrap(),
+            serde_json::to_vec(&response).unwrap(),
+            "the turn answer"
+        );
+        let joined =
+            crate::trace::store::codec::with_joined(&trace.turn, &trace.providers, <[u8]>::to_vec);
+        let mut expected = serde_json::to_vec(&trace.turn).unwrap();
+        for provider in &trace.providers {
+            expected.push(b'\n');
+            expected.extend(serde_json::to_vec(provider).unwrap());
+        }
+        assert_eq!(joined, expected, "the records");
     }
 
     fn text_of(trace: &TurnTrace) -> String {

@@ -12,6 +12,7 @@
 //!
 //! A body is `[format 1][dictionary id: i64 LE][JSON length: u32 LE][zstd frame]`.
 
+use crate::json;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
@@ -152,11 +153,10 @@ pub(crate) fn with_joined<T: Serialize, P: Serialize, R>(
     RECORD_TEXT.with(|buffer| {
         let mut text = buffer.borrow_mut();
         text.clear();
-        serde_json::to_writer(&mut *text, turn).expect("a turn record always serializes");
+        json::write(&mut text, turn).expect("a turn record always serializes");
         for provider in providers {
             text.push(b'\n');
-            serde_json::to_writer(&mut *text, provider)
-                .expect("a provider record always serializes");
+            json::write(&mut text, provider).expect("a provider record always serializes");
         }
         let result = then(&text);
         if text.capacity() > MAX_KEPT_TEXT_BYTES {

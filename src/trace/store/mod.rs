@@ -65,7 +65,7 @@
 //! the `EXPLAIN QUERY PLAN` tests in [`super::query`] pin down.
 
 mod backend;
-mod codec;
+pub(crate) mod codec;
 mod error;
 mod pg;
 mod pool;
