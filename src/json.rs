@@ -11,7 +11,7 @@ use serde::Serialize;
 
 /// Appends `value` as compact JSON to `out`.
 ///
-/// Fails only where serde_json would: a map key that is not a string or a number, or a
+/// Fails only where serde_json would: a map key it refuses (a sequence, say), or a
 /// `Serialize` implementation that fails.
 pub fn write<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), sonic_rs::Error> {
     sonic_rs::to_writer(out, value)
@@ -136,25 +136,19 @@ mod tests {
         };
         let outer = Record {
             turn_id: "tab\there \"quoted\" back\\slash \u{0} \u{7f} é".to_owned(),
+            status: Status::SecretDetected,
+            other: Status::Ok,
             skipped: Some("kept".to_owned()),
             absent: Some(0),
+            duration_ms: 0,
+            offset: -1,
+            blocked: false,
+            ratio: f32::NAN,
+            counts: BTreeMap::new(),
+            by_number: BTreeMap::new(),
+            pair: (0, '"'),
             nested: vec![leaf],
-            ..Record {
-                status: Status::SecretDetected,
-                other: Status::Ok,
-                skipped: None,
-                absent: None,
-                duration_ms: 0,
-                offset: -1,
-                blocked: false,
-                ratio: f32::NAN,
-                counts: BTreeMap::new(),
-                by_number: BTreeMap::new(),
-                pair: (0, '"'),
-                nested: Vec::new(),
-                unit: (),
-                turn_id: String::new(),
-            }
+            unit: (),
         };
         same_as_serde_json(&outer);
         let mut out = b"[".to_vec();

@@ -31,7 +31,7 @@ STAGES = [
     ("parsing provider answers", r"ctxd::providers::http::.*(parse|read_body|read_bounded)|ctxd::providers::.*parse_lookup|ctxd::contract::wire"),
     ("trace capture", r"ctxd::turn::capture|ctxd::trace::(record|digest|store::codec|store::seal)|ctxd::trace::writer::.*(enqueue|send|queue|reserve|room)|zstd|ZSTD_|chacha|poly1305|crossbeam_channel"),
     ("kernel and rendering", r"ctxd::kernel|ctxd::turn::.*assemble|ctxd::handles"),
-    ("response serialisation", r"ctxd::turn::respond|ctxd::api::.*(respond|json_response|envelope)|serialize_turn|TurnResponse.*[sS]erialize|ctxd::contract::turn::.*Serialize for"),
+    ("response serialisation", r"ctxd::turn::respond|ctxd::api::.*(respond|json_response|envelope|turn_answer)|serialize_turn|TurnResponse.*[sS]erialize|ctxd::contract::turn::.*Serialize for"),
     ("gating", r"ctxd::gate|ctxd::turn::plan"),
     ("admission (gate, breaker, cache)", r"ctxd::actors::provider::.*Gate|ProviderGate|ctxd::resilience"),
     ("upstream I/O (provider HTTP calls)", r"ctxd::providers::http|ctxd::providers::endpoint|reqwest::|hyper::client|hyper::proto|hyper_util::client|hyper::body|h2::|rustls::"),
