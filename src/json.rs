@@ -19,9 +19,7 @@ pub fn write<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), 
 
 /// `value` as compact JSON, in a buffer of its own.
 pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, sonic_rs::Error> {
-    let mut out = Vec::new();
-    write(&mut out, value)?;
-    Ok(out)
+    sonic_rs::to_vec(value)
 }
 
 #[cfg(test)]
