@@ -12,6 +12,12 @@
 //! - An index whose status column has no filter cannot deliver `turn_seq` order, so the
 //!   search runs one stream per status (11 provider statuses, 6 layer statuses) and
 //!   merges them; without a tenant (operator tools), one stream set per tenant.
+//! - A status filter without its name (`providerStatus` alone, `status` alone) walks
+//!   the same name-led index once per name the tenant's rows carry: the names are read
+//!   first, one index seek each ([`NameColumn::walk`]), and the search runs one stream
+//!   per provider (or checks each layer name with one seek). No index is led by
+//!   `(tenant, status)`: each would cost every turn one B-tree entry per provider record
+//!   or layer decision written, for a filter a tenant's few names answer as well.
 //! - Pages are `seq < cursor`, newest first. `seq` only grows, so turns written between
 //!   two pages never shift or repeat results. `seq` counts every tenant's turns, so a
 //!   cursor never shows it: the store hands out sealed cursors only.
@@ -43,6 +49,70 @@ pub(crate) const TENANTS: &str = "WITH RECURSIVE tenants (name) AS (
         FROM tenants WHERE tenants.name IS NOT NULL
     )
     SELECT name FROM tenants WHERE name IS NOT NULL";
+
+/// A column whose distinct values a search walks when a status filter comes without a
+/// name: the providers of a tenant's provider records, or the layers of its decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NameColumn {
+    Provider,
+    Layer,
+}
+
+impl NameColumn {
+    /// Every distinct name of `tenant`'s rows, in order, walking the
+    /// `(tenant, name, status, turn_seq)` index one distinct value at a time.
+    pub(crate) fn walk(self, tenant: &str) -> Stream {
+        let (table, column) = match self {
+            NameColumn::Provider => ("provider_records", "provider"),
+            NameColumn::Layer => ("layer_decisions", "layer"),
+        };
+        let mut sql = Sql::new("WITH RECURSIVE names (name) AS (");
+        sql.bind(
+            &format!("SELECT MIN({column}) FROM {table} WHERE tenant = ?"),
+            tenant.to_owned(),
+        );
+        sql.push(" UNION ALL ");
+        sql.bind(
+            &format!(
+                "SELECT (SELECT MIN({column}) FROM {table} WHERE tenant = ? AND {column} > names.name)"
+            ),
+            tenant.to_owned(),
+        );
+        sql.push(
+            " FROM names WHERE names.name IS NOT NULL) SELECT name FROM names WHERE name IS NOT NULL",
+        );
+        sql.finish()
+    }
+}
+
+/// The name columns `query` needs walked before [`streams`] can plan it.
+pub(crate) fn names_needed(query: &SearchQuery) -> Vec<NameColumn> {
+    let mut needed = Vec::new();
+    if query.provider.is_none() && query.provider_status.is_some() {
+        needed.push(NameColumn::Provider);
+    }
+    if query.layer.is_none() && query.layer_status.is_some() {
+        needed.push(NameColumn::Layer);
+    }
+    needed
+}
+
+/// A tenant's names, as [`names_needed`] asked for them (a column not asked for is
+/// empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TenantNames {
+    pub(crate) providers: Vec<String>,
+    pub(crate) layers: Vec<String>,
+}
+
+impl TenantNames {
+    pub(crate) fn set(&mut self, column: NameColumn, names: Vec<String>) {
+        match column {
+            NameColumn::Provider => self.providers = names,
+            NameColumn::Layer => self.layers = names,
+        }
+    }
+}
 
 /// Filters of a search; all given filters must hold.
 #[derive(Debug, Clone, Default)]
@@ -145,8 +215,9 @@ fn time_check(sql: &mut Sql, query: &SearchQuery, seq: &str) {
     sql.push(")");
 }
 
-/// `AND EXISTS (…)` for the layer filters: one layer decision matching both.
-fn layer_check(sql: &mut Sql, query: &SearchQuery, tenant: &str, seq: &str) {
+/// `AND EXISTS (…)` for the layer filters: one layer decision matching both. A status
+/// alone is looked up under each of the tenant's layer names (`layers`, not empty).
+fn layer_check(sql: &mut Sql, query: &SearchQuery, layers: &[String], tenant: &str, seq: &str) {
     if query.layer.is_none() && query.layer_status.is_none() {
         return;
     }
@@ -166,6 +237,11 @@ fn layer_check(sql: &mut Sql, query: &SearchQuery, tenant: &str, seq: &str) {
             ));
         }
         (None, Some(status)) => {
+            sql.push(" AND l.layer IN (");
+            for (i, layer) in layers.iter().enumerate() {
+                sql.bind(if i == 0 { "?" } else { ", ?" }, layer.clone());
+            }
+            sql.push(")");
             sql.bind(" AND l.status = ?", status.as_str().to_owned());
         }
         (None, None) => unreachable!("checked above"),
@@ -174,44 +250,65 @@ fn layer_check(sql: &mut Sql, query: &SearchQuery, tenant: &str, seq: &str) {
 }
 
 /// The statements whose merged rows answer `query` for one tenant: matching seqs below
-/// `before`, newest first, at most `take` each.
-pub(crate) fn streams(query: &SearchQuery, tenant: &str, before: i64, take: usize) -> Vec<Stream> {
+/// `before`, newest first, at most `take` each. `names` holds what [`names_needed`]
+/// asked for; a status filter whose column has no name for this tenant matches
+/// nothing, and no statement is planned.
+pub(crate) fn streams(
+    query: &SearchQuery,
+    tenant: &str,
+    names: &TenantNames,
+    before: i64,
+    take: usize,
+) -> Vec<Stream> {
     let take = i64::try_from(take).unwrap_or(i64::MAX);
+    let unmatched = |column| {
+        names_needed(query).contains(&column) && {
+            match column {
+                NameColumn::Provider => names.providers.is_empty(),
+                NameColumn::Layer => names.layers.is_empty(),
+            }
+        }
+    };
+    if unmatched(NameColumn::Provider) || unmatched(NameColumn::Layer) {
+        return Vec::new();
+    }
     if query.provider.is_some() || query.provider_status.is_some() {
-        let statuses = match query.provider_status {
-            Some(status) => vec![status],
-            None => ProviderStatus::ALL.to_vec(),
+        // (provider, status) pairs, each one seek of the provider index.
+        let pairs: Vec<(&String, ProviderStatus)> = match (&query.provider, query.provider_status) {
+            (Some(provider), Some(status)) => vec![(provider, status)],
+            (Some(provider), None) => ProviderStatus::ALL.iter().map(|&s| (provider, s)).collect(),
+            (None, Some(status)) => names.providers.iter().map(|p| (p, status)).collect(),
+            (None, None) => unreachable!("checked above"),
         };
-        statuses
+        pairs
             .into_iter()
-            .map(|status| {
+            .map(|(provider, status)| {
                 let mut sql = Sql::new("SELECT DISTINCT p.turn_seq FROM provider_records p WHERE");
-                sql.bind(" p.tenant = ?", tenant.to_owned());
-                if let Some(provider) = &query.provider {
-                    sql.bind(" AND p.provider = ?", provider.clone());
-                }
-                sql.bind(" AND p.status = ?", status.as_str().to_owned())
+                sql.bind(" p.tenant = ?", tenant.to_owned())
+                    .bind(" AND p.provider = ?", provider.clone())
+                    .bind(" AND p.status = ?", status.as_str().to_owned())
                     .bind(" AND p.turn_seq < ?", before);
                 time_check(&mut sql, query, "p.turn_seq");
-                layer_check(&mut sql, query, "p.tenant", "p.turn_seq");
+                layer_check(&mut sql, query, &names.layers, "p.tenant", "p.turn_seq");
                 sql.bind(" ORDER BY p.turn_seq DESC LIMIT ?", take);
                 sql.finish()
             })
             .collect()
     } else if query.layer.is_some() || query.layer_status.is_some() {
-        let statuses = match query.layer_status {
-            Some(status) => vec![status],
-            None => LayerStatus::ALL.to_vec(),
+        // (layer, status) pairs, each one seek of the layer index.
+        let pairs: Vec<(&String, LayerStatus)> = match (&query.layer, query.layer_status) {
+            (Some(layer), Some(status)) => vec![(layer, status)],
+            (Some(layer), None) => LayerStatus::ALL.iter().map(|&s| (layer, s)).collect(),
+            (None, Some(status)) => names.layers.iter().map(|l| (l, status)).collect(),
+            (None, None) => unreachable!("checked above"),
         };
-        statuses
+        pairs
             .into_iter()
-            .map(|status| {
+            .map(|(layer, status)| {
                 let mut sql = Sql::new("SELECT DISTINCT l.turn_seq FROM layer_decisions l WHERE");
-                sql.bind(" l.tenant = ?", tenant.to_owned());
-                if let Some(layer) = &query.layer {
-                    sql.bind(" AND l.layer = ?", layer.clone());
-                }
-                sql.bind(" AND l.status = ?", status.as_str().to_owned())
+                sql.bind(" l.tenant = ?", tenant.to_owned())
+                    .bind(" AND l.layer = ?", layer.clone())
+                    .bind(" AND l.status = ?", status.as_str().to_owned())
                     .bind(" AND l.turn_seq < ?", before);
                 time_check(&mut sql, query, "l.turn_seq");
                 sql.bind(" ORDER BY l.turn_seq DESC LIMIT ?", take);
@@ -705,6 +802,23 @@ mod tests {
         shapes
     }
 
+    /// The names `query` needs, read from the store as the reader reads them.
+    fn names_of(conn: &Connection, query: &SearchQuery, tenant: &str) -> TenantNames {
+        let mut names = TenantNames::default();
+        for column in names_needed(query) {
+            let walk = column.walk(tenant);
+            let found = conn
+                .prepare(&walk.sql)
+                .unwrap()
+                .query_map(rusqlite::params_from_iter(&walk.params), |row| row.get(0))
+                .unwrap()
+                .collect::<Result<Vec<String>, _>>()
+                .unwrap();
+            names.set(column, found);
+        }
+        names
+    }
+
     fn plan(conn: &Connection, stream: &Stream) -> Vec<String> {
         let mut statement = conn
             .prepare(&format!("EXPLAIN QUERY PLAN {}", stream.sql))
@@ -748,7 +862,8 @@ mod tests {
         let shapes = shapes();
         assert_eq!(shapes.len(), 96);
         for shape in &shapes {
-            let streams = streams(shape, "acme", 99, 21);
+            let streams = streams(shape, "acme", &names_of(conn, shape, "acme"), 99, 21);
+            assert!(!streams.is_empty(), "{shape:?}");
             for stream in &streams {
                 let plan = plan(conn, stream);
                 assert_indexed(&plan, &stream.sql);
@@ -760,10 +875,10 @@ mod tests {
                     &shape.layer,
                     shape.layer_status,
                 ) {
-                    (Some(_), _, _, _) => "provider_records_by_provider",
-                    (None, Some(_), _, _) => "provider_records_by_status",
-                    (None, None, Some(_), _) => "layer_decisions_by_layer",
-                    (None, None, None, Some(_)) => "layer_decisions_by_status",
+                    (Some(_), _, _, _) | (None, Some(_), _, _) => "provider_records_by_provider",
+                    (None, None, Some(_), _) | (None, None, None, Some(_)) => {
+                        "layer_decisions_by_layer"
+                    }
                     (None, None, None, None) => "turns_by_tenant",
                 };
                 assert!(driver.contains(expected), "{}: {driver}", stream.sql);
@@ -813,13 +928,32 @@ mod tests {
             (
                 shape(None, Some(P::Timeout), None, None, None),
                 vec![
-                    "SEARCH p USING COVERING INDEX provider_records_by_status (tenant=? AND status=? AND turn_seq<?)",
+                    "SEARCH p USING COVERING INDEX provider_records_by_provider (tenant=? AND provider=? AND status=? AND turn_seq<?)",
                 ],
             ),
             (
                 shape(None, None, Some("profile"), None, None),
                 vec![
                     "SEARCH l USING COVERING INDEX layer_decisions_by_layer (tenant=? AND layer=? AND status=? AND turn_seq<?)",
+                ],
+            ),
+            (
+                shape(None, None, None, Some(L::Unavailable), None),
+                vec![
+                    "SEARCH l USING COVERING INDEX layer_decisions_by_layer (tenant=? AND layer=? AND status=? AND turn_seq<?)",
+                ],
+            ),
+            (
+                shape(
+                    Some("crm"),
+                    Some(P::Timeout),
+                    None,
+                    Some(L::Unavailable),
+                    None,
+                ),
+                vec![
+                    "SEARCH p USING COVERING INDEX provider_records_by_provider (tenant=? AND provider=? AND status=? AND turn_seq<?)",
+                    "SEARCH l EXISTS USING COVERING INDEX layer_decisions_by_layer (tenant=? AND layer=? AND status=? AND turn_seq=?)",
                 ],
             ),
             (
@@ -832,8 +966,37 @@ mod tests {
             ),
         ];
         for (shape, expected) in cases {
-            let stream = &streams(&shape, "acme", 99, 21)[0];
+            let stream = &streams(&shape, "acme", &names_of(conn, &shape, "acme"), 99, 21)[0];
             assert_eq!(plan(conn, stream), expected, "{}", stream.sql);
+        }
+        // A name walk is one seek of the name-led index per name.
+        for (column, index) in [
+            (
+                NameColumn::Provider,
+                "provider_records_by_provider (tenant=? AND provider>?)",
+            ),
+            (
+                NameColumn::Layer,
+                "layer_decisions_by_layer (tenant=? AND layer>?)",
+            ),
+        ] {
+            let walk_plan = plan(conn, &column.walk("acme"));
+            let seeks: Vec<&String> = walk_plan
+                .iter()
+                .filter(|line| {
+                    line.contains("provider_records") || line.contains("layer_decisions")
+                })
+                .collect();
+            assert_eq!(seeks.len(), 2, "{walk_plan:#?}");
+            assert!(
+                seeks.iter().all(|line| line.starts_with("SEARCH")
+                    && line.contains("USING COVERING INDEX")),
+                "{walk_plan:#?}"
+            );
+            assert!(
+                seeks[1].ends_with(&format!("USING COVERING INDEX {index}")),
+                "{walk_plan:#?}"
+            );
         }
         let tenants_plan = plan(
             conn,

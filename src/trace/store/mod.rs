@@ -44,8 +44,8 @@
 //! | table | rows | keys and indexes |
 //! |---|---|---|
 //! | `turns` | one per turn: filter columns + the turn record JSON | `seq` (autoincrement, the cursor), `turn_id` unique, `(tenant, seq, started_at_ms)` |
-//! | `layer_decisions` | one per layer decision | `(tenant, layer, status, turn_seq)`, `(tenant, status, turn_seq)` |
-//! | `provider_records` | one per provider record, with its JSON | `(turn_seq)`, `(tenant, provider, status, turn_seq)`, `(tenant, status, turn_seq)` |
+//! | `layer_decisions` | one per layer decision | `(tenant, layer, status, turn_seq)` (v5 drops `(tenant, status, turn_seq)`) |
+//! | `provider_records` | one per provider record, with its JSON | `(turn_seq)`, `(tenant, provider, status, turn_seq)` (v5 drops `(tenant, status, turn_seq)`) |
 //! | `retained_content` | one per tenant and fingerprint: nonce ‖ ciphertext | primary key `(tenant, fingerprint)`, `(expires_at_ms)` |
 //! | `builds` | one per build digest | primary key `digest` |
 //! | `handle_operations` | one per operation on a handle (v2): filter columns + the record JSON | primary key `(tenant, handle_id, sequence)`, `(tenant, at_ms)` (v3, for pruning) |
@@ -53,7 +53,10 @@
 //!
 //! Why these indexes: a search walks exactly one of them newest first (see
 //! [`super::query`]) and checks its other filters with point lookups, so a page costs
-//! about `limit` index entries per walked stream whatever the store's size. There is
+//! about `limit` index entries per walked stream whatever the store's size. A status
+//! filter without its name walks the name-led index under each of the tenant's names,
+//! so no index is led by `(tenant, status)`: each cost every turn written one entry per
+//! provider record or layer decision. There is
 //! no `(tenant, started_at_ms)` index: a time window is checked from the covering
 //! `(tenant, seq, started_at_ms)` walk, because results are ordered by `seq` and an
 //! index ordered by time would need a sort of the whole window. The cost moves to

@@ -19,9 +19,18 @@ const OLDEST_TURNS: &str =
     "SELECT seq, started_at_ms FROM turns WHERE tenant = ?1 ORDER BY seq LIMIT ?2";
 const DELETE_TURN: &str = "DELETE FROM turns WHERE seq = ?1";
 const DELETE_PROVIDER_RECORDS: &str = "DELETE FROM provider_records WHERE turn_seq = ?1";
-/// Through the `(tenant, status, turn_seq)` index: one point lookup per status.
+/// Through the `(tenant, layer, status, turn_seq)` index: one point lookup per status,
+/// for each layer name of the tenant ([`LAYER_NAMES`]).
 const DELETE_LAYER_DECISIONS: &str = "DELETE FROM layer_decisions
-    WHERE tenant = ?1 AND status IN (?3, ?4, ?5, ?6, ?7, ?8) AND turn_seq = ?2";
+    WHERE tenant = ?1 AND layer = ?9 AND status IN (?3, ?4, ?5, ?6, ?7, ?8) AND turn_seq = ?2";
+/// Every layer name of a tenant's decisions, one index seek each.
+const LAYER_NAMES: &str = "WITH RECURSIVE names (name) AS (
+        SELECT MIN(layer) FROM layer_decisions WHERE tenant = ?1
+        UNION ALL
+        SELECT (SELECT MIN(layer) FROM layer_decisions WHERE tenant = ?1 AND layer > names.name)
+        FROM names WHERE names.name IS NOT NULL
+    )
+    SELECT name FROM names WHERE name IS NOT NULL";
 const DELETE_HANDLE_OPERATIONS: &str = "DELETE FROM handle_operations WHERE rowid IN
     (SELECT rowid FROM handle_operations WHERE tenant = ?1 AND at_ms < ?2 LIMIT ?3)";
 const COUNT_HANDLE_OPERATIONS: &str =
@@ -88,6 +97,11 @@ pub(crate) fn prune_batch(
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(sqlite(path, "begin pruning"))?;
     let seqs = expired_turns(&tx, path, tenant, cutoff_ms, batch)?;
+    let names = if seqs.is_empty() {
+        Vec::new()
+    } else {
+        layer_names(&tx, path, tenant)?
+    };
     let mut pruned = Pruned::default();
     {
         let mut providers = tx
@@ -105,19 +119,22 @@ pub(crate) fn prune_batch(
                 .execute([seq])
                 .map_err(sqlite(path, "delete provider records"))?
                 as u64;
-            pruned.layer_decisions += layers
-                .execute(params![
-                    tenant,
-                    seq,
-                    statuses[0],
-                    statuses[1],
-                    statuses[2],
-                    statuses[3],
-                    statuses[4],
-                    statuses[5]
-                ])
-                .map_err(sqlite(path, "delete layer decisions"))?
-                as u64;
+            for layer in &names {
+                pruned.layer_decisions += layers
+                    .execute(params![
+                        tenant,
+                        seq,
+                        statuses[0],
+                        statuses[1],
+                        statuses[2],
+                        statuses[3],
+                        statuses[4],
+                        statuses[5],
+                        layer
+                    ])
+                    .map_err(sqlite(path, "delete layer decisions"))?
+                    as u64;
+            }
             pruned.turns += turns
                 .execute([seq])
                 .map_err(sqlite(path, "delete turn records"))? as u64;
@@ -170,6 +187,17 @@ pub(crate) fn count_past(
         })
         .map_err(sqlite(path, "count handle operations"))? as u64;
     Ok(counted)
+}
+
+/// Every layer name of `tenant`'s layer decisions.
+fn layer_names(conn: &Connection, path: &Path, tenant: &str) -> Result<Vec<String>, StoreError> {
+    conn.prepare_cached(LAYER_NAMES)
+        .and_then(|mut statement| {
+            statement
+                .query_map([tenant], |row| row.get::<_, String>(0))?
+                .collect()
+        })
+        .map_err(sqlite(path, "read the layer names"))
 }
 
 /// The `seq` of at most `batch` of `tenant`'s first turns, while they started before

@@ -12,7 +12,7 @@ use crate::trace::cursor::CursorSeal;
 use crate::trace::digest::DigestKey;
 use crate::trace::query::{
     self, HANDLE_OPERATIONS, HandleOperationsPage, MAX_HANDLE_OPERATIONS, MAX_LIMIT, SearchPage,
-    SearchQuery, TENANTS,
+    SearchQuery, TENANTS, TenantNames,
 };
 use crate::trace::record::HandleOpRecord;
 use crate::trace::record::{StoredTurn, TurnRecord};
@@ -490,7 +490,24 @@ fn matching_seqs(
     let take = limit + 1;
     let mut seqs = Vec::new();
     for tenant in &tenants {
-        for stream in query::streams(query, tenant, before, take) {
+        let mut names = TenantNames::default();
+        for column in query::names_needed(query) {
+            let walk = column.walk(tenant);
+            let found = match conn {
+                ReadConnection::Sqlite(conn) => {
+                    let mut statement = conn.prepare_cached(&walk.sql).map_err(error)?;
+                    statement
+                        .query_map(rusqlite::params_from_iter(&walk.params), |row| {
+                            row.get::<_, String>(0)
+                        })
+                        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                        .map_err(error)?
+                }
+                ReadConnection::Postgres(conn) => conn.stream_names(&walk.sql, &walk.params)?,
+            };
+            names.set(column, found);
+        }
+        for stream in query::streams(query, tenant, &names, before, take) {
             let rows = match conn {
                 ReadConnection::Sqlite(conn) => {
                     let mut statement = conn.prepare_cached(&stream.sql).map_err(error)?;

@@ -82,6 +82,11 @@ const MIGRATIONS: &[&str] = &[
         id INTEGER PRIMARY KEY,
         bytes BLOB NOT NULL
     );",
+    // 5: no index led by `(tenant, status)`. A status filter without its name walks the
+    // name-led index once per name of the tenant (see `trace::query`), and each turn
+    // written no longer adds an entry per provider record and per layer decision.
+    "DROP INDEX layer_decisions_by_status;
+    DROP INDEX provider_records_by_status;",
 ];
 
 /// Turns off foreign key enforcement on a write connection (the bundled SQLite enforces

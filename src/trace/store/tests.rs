@@ -761,6 +761,8 @@ fn a_version_1_store_is_migrated_to_handle_operations() {
         .connection()
         .execute_batch(
             "DROP TABLE handle_operations; DROP TABLE record_dictionaries;
+             CREATE INDEX layer_decisions_by_status ON layer_decisions (tenant, status, turn_seq);
+             CREATE INDEX provider_records_by_status ON provider_records (tenant, status, turn_seq);
              DELETE FROM schema_version WHERE version >= 2",
         )
         .unwrap();
@@ -784,6 +786,90 @@ fn a_version_1_store_is_migrated_to_handle_operations() {
             .len(),
         1
     );
+}
+
+#[test]
+fn a_version_4_store_drops_its_status_indexes_and_still_finds_turns_by_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, path) = store_in(dir.path());
+    let k = key();
+    store
+        .write_batch(&[
+            testing::simple(
+                &k,
+                "turn-1",
+                "acme",
+                1_000,
+                &[
+                    ("orders", ProviderStatus::Timeout),
+                    ("crm", ProviderStatus::Ok),
+                ],
+                &[("profile", LayerStatus::Unavailable)],
+            ),
+            testing::simple(
+                &k,
+                "turn-2",
+                "acme",
+                2_000,
+                &[("orders", ProviderStatus::Ok)],
+                &[("profile", LayerStatus::Included)],
+            ),
+        ])
+        .unwrap();
+    // Back to what a version-4 ctxd wrote: the same rows, two more indexes.
+    store
+        .connection()
+        .execute_batch(
+            "CREATE INDEX layer_decisions_by_status ON layer_decisions (tenant, status, turn_seq);
+             CREATE INDEX provider_records_by_status ON provider_records (tenant, status, turn_seq);
+             DELETE FROM schema_version WHERE version >= 5",
+        )
+        .unwrap();
+    drop(store);
+    assert!(matches!(
+        TraceReader::open(&path, None).unwrap_err(),
+        StoreError::TooOld { found: 4, .. }
+    ));
+    let store = TraceStore::open(&path, &k).unwrap();
+    let indexes: Vec<String> = store
+        .connection()
+        .prepare("SELECT name FROM sqlite_schema WHERE type = 'index' AND name LIKE '%by_status'")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(indexes.is_empty(), "{indexes:?}");
+    let reader = TraceReader::open(&path, None).unwrap();
+    let ids = |query: SearchQuery| -> Vec<String> {
+        let query = SearchQuery {
+            tenant: Some("acme".to_owned()),
+            limit: 10,
+            ..query
+        };
+        reader
+            .search(&query)
+            .unwrap()
+            .traces
+            .into_iter()
+            .map(|t| t.turn.turn_id)
+            .collect()
+    };
+    let by_provider_status = |status| SearchQuery {
+        provider_status: Some(status),
+        ..SearchQuery::default()
+    };
+    let by_layer_status = |status| SearchQuery {
+        layer_status: Some(status),
+        ..SearchQuery::default()
+    };
+    assert_eq!(ids(by_provider_status(ProviderStatus::Timeout)), ["turn-1"]);
+    assert_eq!(
+        ids(by_provider_status(ProviderStatus::Ok)),
+        ["turn-2", "turn-1"]
+    );
+    assert_eq!(ids(by_layer_status(LayerStatus::Included)), ["turn-2"]);
+    assert!(ids(by_provider_status(ProviderStatus::NotFound)).is_empty());
 }
 
 #[test]

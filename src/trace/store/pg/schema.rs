@@ -91,6 +91,10 @@ const MIGRATIONS: &[&str] = &[
     // `turn_seq`.
     "ALTER TABLE layer_decisions DROP CONSTRAINT IF EXISTS layer_decisions_turn_seq_fkey;
     ALTER TABLE provider_records DROP CONSTRAINT IF EXISTS provider_records_turn_seq_fkey;",
+    // 4: no index led by `(tenant, status)`, as in the SQLite store's version 5: a status
+    // filter without its name walks the name-led index once per name of the tenant.
+    "DROP INDEX IF EXISTS layer_decisions_by_status;
+    DROP INDEX IF EXISTS provider_records_by_status;",
 ];
 
 const VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_version (

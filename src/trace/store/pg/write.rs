@@ -50,9 +50,18 @@ const PURGE_EXPIRED: &str = "DELETE FROM retained_content WHERE expires_at_ms <=
 const OLDEST_TURNS: &str =
     "SELECT seq, started_at_ms FROM turns WHERE tenant = $1 ORDER BY seq LIMIT $2";
 const DELETE_PROVIDER_RECORDS: &str = "DELETE FROM provider_records WHERE turn_seq = ANY($1)";
-/// Through the `(tenant, status, turn_seq)` index.
-const DELETE_LAYER_DECISIONS: &str =
-    "DELETE FROM layer_decisions WHERE tenant = $1 AND status = ANY($3) AND turn_seq = ANY($2)";
+/// Through the `(tenant, layer, status, turn_seq)` index, under each layer name of the
+/// tenant ([`LAYER_NAMES`]).
+const DELETE_LAYER_DECISIONS: &str = "DELETE FROM layer_decisions
+    WHERE tenant = $1 AND layer = ANY($4) AND status = ANY($3) AND turn_seq = ANY($2)";
+/// Every layer name of a tenant's decisions, one index seek each.
+const LAYER_NAMES: &str = "WITH RECURSIVE names (name) AS (
+        SELECT MIN(layer) FROM layer_decisions WHERE tenant = $1
+        UNION ALL
+        SELECT (SELECT MIN(layer) FROM layer_decisions WHERE tenant = $1 AND layer > names.name)
+        FROM names WHERE names.name IS NOT NULL
+    )
+    SELECT name FROM names WHERE name IS NOT NULL";
 const DELETE_TURNS: &str = "DELETE FROM turns WHERE seq = ANY($1)";
 const DELETE_HANDLE_OPERATIONS: &str = "DELETE FROM handle_operations
     WHERE (tenant, handle_id, sequence) IN (SELECT tenant, handle_id, sequence
@@ -324,9 +333,15 @@ impl PgTraceStore {
             let mut pruned = Pruned::default();
             if !seqs.is_empty() {
                 let statuses: Vec<&str> = LayerStatus::ALL.map(LayerStatus::as_str).to_vec();
+                let names: Vec<String> = tx
+                    .query(LAYER_NAMES, &[&tenant])
+                    .await?
+                    .iter()
+                    .map(|row| row.get(0))
+                    .collect();
                 pruned.provider_records = tx.execute(DELETE_PROVIDER_RECORDS, &[&seqs]).await?;
                 pruned.layer_decisions = tx
-                    .execute(DELETE_LAYER_DECISIONS, &[&tenant, &seqs, &statuses])
+                    .execute(DELETE_LAYER_DECISIONS, &[&tenant, &seqs, &statuses, &names])
                     .await?;
                 pruned.turns = tx.execute(DELETE_TURNS, &[&seqs]).await?;
             }
@@ -471,6 +486,37 @@ mod tests {
     }
 
     #[test]
+    fn no_index_is_led_by_tenant_and_status() {
+        // Each would cost every turn written one entry per provider record or layer
+        // decision; a status alone is searched under each of the tenant's names.
+        let (schema, target) = Schema::create();
+        let _store = PgTraceStore::open(&target).unwrap();
+        let name = schema.name.clone();
+        let indexes: Vec<String> = schema
+            .admin
+            .run("list indexes", |client| async move {
+                let rows = client
+                    .query(
+                        "SELECT indexname FROM pg_indexes WHERE schemaname = $1 ORDER BY 1",
+                        &[&name],
+                    )
+                    .await?;
+                Ok(rows.iter().map(|row| row.get(0)).collect())
+            })
+            .unwrap();
+        assert!(
+            indexes
+                .iter()
+                .any(|index| index == "layer_decisions_by_layer"),
+            "{indexes:?}"
+        );
+        assert!(
+            !indexes.iter().any(|index| index.ends_with("_by_status")),
+            "{indexes:?}"
+        );
+    }
+
+    #[test]
     fn a_retried_batch_writes_nothing_twice_and_reads_back_as_written() {
         let (_schema, target) = Schema::create();
         let mut store = PgTraceStore::open(&target).unwrap();
@@ -536,9 +582,31 @@ mod tests {
         assert_eq!(next.traces.len(), 1);
         assert_eq!(next.traces[0].turn.turn_id, "turn-0");
         assert!(next.next_cursor.is_none());
+        // A status without its name: walked under each of the tenant's names.
+        let ids = |provider_status, layer_status| -> Vec<String> {
+            let query = SearchQuery {
+                tenant: Some("acme".to_owned()),
+                provider_status,
+                layer_status,
+                limit: 10,
+                ..SearchQuery::default()
+            };
+            let page = reader.search(&query).unwrap();
+            page.traces.into_iter().map(|t| t.turn.turn_id).collect()
+        };
+        let all = ["turn-2", "turn-1", "turn-0"];
+        assert_eq!(ids(Some(ProviderStatus::Timeout), None), all);
+        assert_eq!(ids(None, Some(LayerStatus::Included)), all);
+        assert_eq!(
+            ids(Some(ProviderStatus::Ok), Some(LayerStatus::Included)),
+            all
+        );
+        assert!(ids(Some(ProviderStatus::NotFound), None).is_empty());
+        assert!(ids(None, Some(LayerStatus::Empty)).is_empty());
 
         let pruned = store.prune_batch("acme", 1_002, 500).unwrap();
         assert_eq!((pruned.turns, pruned.provider_records), (2, 4));
+        assert_eq!(pruned.layer_decisions, 2);
         assert_eq!(reader.counts().unwrap().turns, 1);
         assert_eq!(store.tenants().unwrap(), ["acme"]);
         assert!(store.usage().unwrap().used_bytes > 0);
