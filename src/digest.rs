@@ -104,8 +104,10 @@ fn write_object(map: &Map<String, Value>, out: &mut Vec<u8>) {
     out.push(b'}');
 }
 
+/// A string as serde_json writes it (the bytes every digest was defined by), written by
+/// [`crate::json`], which escapes many bytes at a time.
 fn write_string(s: &str, out: &mut Vec<u8>) {
-    serde_json::to_writer(&mut *out, s).expect("strings always serialize");
+    crate::json::write(out, s).expect("strings always serialize");
 }
 
 #[cfg(test)]
@@ -131,6 +133,20 @@ mod tests {
             canonical_digest(&json!({"a": "x"})),
             canonical_digest(&json!({"a": "y"}))
         );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn strings_are_written_as_serde_json_writes_them(
+            text in proptest::prop_oneof![
+                proptest::arbitrary::any::<String>(),
+                "[\\x00-\\x1f\"\\\\/\\x7f\u{2028}\u{2029}a-z]{0,40}",
+            ]
+        ) {
+            let mut out = Vec::new();
+            write_string(&text, &mut out);
+            proptest::prop_assert_eq!(out, serde_json::to_vec(&text).unwrap());
+        }
     }
 
     #[test]

@@ -169,7 +169,7 @@ impl HttpProvider {
     /// The whole exchange (connect, headers, body) must finish by `call.deadline`.
     pub async fn lookup(&self, call: &LookupCall<'_>) -> Outcome {
         let request = LookupRequest::new(call.provider, call.key, call.value, call.limit);
-        let outcome = match serde_json::to_vec(&request) {
+        let outcome = match crate::json::to_vec(&request) {
             Ok(body) => match self
                 .exchange_by(self.clients.for_lookup(), call.deadline, body)
                 .await
