@@ -261,15 +261,11 @@ pub(crate) fn streams(
     take: usize,
 ) -> Vec<Stream> {
     let take = i64::try_from(take).unwrap_or(i64::MAX);
-    let unmatched = |column| {
-        names_needed(query).contains(&column) && {
-            match column {
-                NameColumn::Provider => names.providers.is_empty(),
-                NameColumn::Layer => names.layers.is_empty(),
-            }
-        }
-    };
-    if unmatched(NameColumn::Provider) || unmatched(NameColumn::Layer) {
+    let needed = names_needed(query);
+    let none_found = |column, found: &[String]| needed.contains(&column) && found.is_empty();
+    if none_found(NameColumn::Provider, &names.providers)
+        || none_found(NameColumn::Layer, &names.layers)
+    {
         return Vec::new();
     }
     if query.provider.is_some() || query.provider_status.is_some() {
