@@ -175,10 +175,19 @@ fn control(c: char) -> Option<Control> {
     }
 }
 
+/// Whether `text` holds a byte that starts or is a character [`control`] changes: a C0
+/// control other than tab and newline, DEL, or the lead byte of U+0080–U+009F (`C2`)
+/// and of U+2028/U+2029 (`E2`). A byte-wise scan the compiler vectorizes; most item
+/// text has none of them, and is then not decoded character by character.
+fn may_hold_control(text: &str) -> bool {
+    text.bytes()
+        .any(|b| (b < 0x20 && b != b'\t' && b != b'\n') || b == 0x7f || b == 0xc2 || b == 0xe2)
+}
+
 /// Text as rendered: every line separator a `\n`, every other control character other
 /// than tab removed. Never longer than `text`; borrowed when nothing changes.
 pub(crate) fn displayable(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(|c| control(c).is_some()) {
+    if !may_hold_control(text) || !text.chars().any(|c| control(c).is_some()) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len());
@@ -290,11 +299,30 @@ mod tests {
             assert!(displayable(text).len() <= text.len());
         }
         assert!(matches!(displayable("nothing to do"), Cow::Borrowed(_)));
+        assert!(matches!(
+            displayable("€ and … are no controls"),
+            Cow::Borrowed(_)
+        ));
         assert_eq!(single_line("one\u{2028}two\r\nthree"), "one two three");
         assert_eq!(
             layer_heading("Pro\u{1b}[2Jfile\u{2029}", "p"),
             "## Pro[2Jfile  [layer p]\n"
         );
+    }
+
+    proptest::proptest! {
+        /// The byte scan passes every text with a character `control` changes.
+        #[test]
+        fn the_byte_scan_misses_no_control_character(
+            text in proptest::prop_oneof![
+                proptest::arbitrary::any::<String>(),
+                "[\\x00-\\x1f\\x7f-\\u{a0}\u{2026}-\u{202a}a-z ]{0,40}",
+            ]
+        ) {
+            if text.chars().any(|c| control(c).is_some()) {
+                proptest::prop_assert!(may_hold_control(&text), "{:?}", text);
+            }
+        }
     }
 
     /// One bound layer `profile` over provider `crm`, planned with `customerId` given.
