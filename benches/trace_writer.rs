@@ -342,11 +342,15 @@ const INSERT_PROVIDER: &str = "INSERT INTO provider_records (turn_seq, tenant, p
 const UPSERT_RETAINED: &str = "INSERT INTO retained_content (tenant, fingerprint, ciphertext, expires_at_ms) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (tenant, fingerprint) DO UPDATE SET expires_at_ms = excluded.expires_at_ms WHERE excluded.expires_at_ms > retained_content.expires_at_ms";
 const INSERT_BUILD: &str =
     "INSERT INTO builds (digest, build) VALUES (?1, ?2) ON CONFLICT (digest) DO NOTHING";
+const INSERT_DICTIONARY: &str =
+    "INSERT INTO record_dictionaries (id, bytes) VALUES (?1, ?2) ON CONFLICT (id) DO NOTHING";
 
 /// Inserts rows the plain way: prepared statements, one transaction per `BATCH` turns.
 /// Returns the records written.
 fn insert_plain(conn: &mut Connection, rows: &[TraceRows]) -> u64 {
     let mut records = 0u64;
+    // Each dictionary once, as the writer remembers the ones it stored.
+    let mut dictionaries = std::collections::HashSet::new();
     for chunk in rows.chunks(BATCH) {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -357,7 +361,12 @@ fn insert_plain(conn: &mut Connection, rows: &[TraceRows]) -> u64 {
             let mut insert_provider = tx.prepare_cached(INSERT_PROVIDER).unwrap();
             let mut upsert_retained = tx.prepare_cached(UPSERT_RETAINED).unwrap();
             let mut insert_build = tx.prepare_cached(INSERT_BUILD).unwrap();
+            let mut insert_dictionary = tx.prepare_cached(INSERT_DICTIONARY).unwrap();
             for row in chunk {
+                let (id, bytes) = row.dictionary();
+                if dictionaries.insert(id) {
+                    insert_dictionary.execute(params![id, bytes]).unwrap();
+                }
                 let t = &row.turn;
                 insert_turn
                     .execute(params![

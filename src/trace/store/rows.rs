@@ -114,6 +114,14 @@ pub struct RetainedRow {
     pub expires_at_ms: i64,
 }
 
+impl TraceRows {
+    /// The id and bytes of the dictionary the record bodies are compressed with: a
+    /// `record_dictionaries` row every store that holds these rows needs once.
+    pub fn dictionary(&self) -> (i64, &[u8]) {
+        (self.dictionary.id, &self.dictionary.bytes)
+    }
+}
+
 impl Queued {
     /// About how many bytes the entry's rows hold: what the trace writer reserves on
     /// disk for it while it is queued or in the batch being written.
