@@ -12,7 +12,7 @@ use crate::trace::cursor::CursorSeal;
 use crate::trace::digest::DigestKey;
 use crate::trace::query::{
     self, HANDLE_OPERATIONS, HandleOperationsPage, MAX_HANDLE_OPERATIONS, MAX_LIMIT, SearchPage,
-    SearchQuery, TENANTS, TenantNames,
+    SearchQuery, Stream, TENANTS, TenantNames,
 };
 use crate::trace::record::HandleOpRecord;
 use crate::trace::record::{StoredTurn, TurnRecord};
@@ -465,6 +465,32 @@ fn tenants(conn: &Connection, path: &Path) -> Result<Vec<String>, StoreError> {
     Ok(names)
 }
 
+/// The first column of every row of one planned statement.
+fn first_column<T>(
+    conn: &ReadConnection,
+    path: &Path,
+    stream: &Stream,
+) -> Result<Vec<T>, StoreError>
+where
+    T: FromSql + for<'r> tokio_postgres::types::FromSql<'r>,
+{
+    match conn {
+        ReadConnection::Sqlite(conn) => conn
+            .prepare_cached(&stream.sql)
+            .and_then(|mut statement| {
+                statement
+                    .query_map(rusqlite::params_from_iter(&stream.params), |row| row.get(0))?
+                    .collect()
+            })
+            .map_err(|source| StoreError::Sqlite {
+                path: path.to_path_buf(),
+                action: "search traces",
+                source,
+            }),
+        ReadConnection::Postgres(conn) => conn.first_column(&stream.sql, &stream.params),
+    }
+}
+
 /// The seqs of one page below `before`, newest first, and — when more follow — the seq
 /// the next page starts below.
 fn matching_seqs(
@@ -481,46 +507,16 @@ fn matching_seqs(
             ReadConnection::Postgres(conn) => conn.turn_tenants()?,
         },
     };
-    let error = |source| StoreError::Sqlite {
-        path: path.to_path_buf(),
-        action: "search traces",
-        source,
-    };
     // One more than the page: whether it exists decides `next_cursor`.
     let take = limit + 1;
     let mut seqs = Vec::new();
     for tenant in &tenants {
         let mut names = TenantNames::default();
         for column in query::names_needed(query) {
-            let walk = column.walk(tenant);
-            let found = match conn {
-                ReadConnection::Sqlite(conn) => {
-                    let mut statement = conn.prepare_cached(&walk.sql).map_err(error)?;
-                    statement
-                        .query_map(rusqlite::params_from_iter(&walk.params), |row| {
-                            row.get::<_, String>(0)
-                        })
-                        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-                        .map_err(error)?
-                }
-                ReadConnection::Postgres(conn) => conn.stream_names(&walk.sql, &walk.params)?,
-            };
-            names.set(column, found);
+            names.set(column, first_column(conn, path, &column.walk(tenant))?);
         }
         for stream in query::streams(query, tenant, &names, before, take) {
-            let rows = match conn {
-                ReadConnection::Sqlite(conn) => {
-                    let mut statement = conn.prepare_cached(&stream.sql).map_err(error)?;
-                    statement
-                        .query_map(rusqlite::params_from_iter(&stream.params), |row| {
-                            row.get::<_, i64>(0)
-                        })
-                        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-                        .map_err(error)?
-                }
-                ReadConnection::Postgres(conn) => conn.stream_seqs(&stream.sql, &stream.params)?,
-            };
-            seqs.extend(rows);
+            seqs.extend(first_column::<i64>(conn, path, &stream)?);
         }
     }
     seqs.sort_unstable_by(|a, b| b.cmp(a));

@@ -749,6 +749,11 @@ fn handle_operations_are_listed_per_tenant_in_sequence_order() {
     );
 }
 
+/// The indexes schema versions 1 to 4 kept and version 5 drops.
+const STATUS_INDEXES: &str =
+    "CREATE INDEX layer_decisions_by_status ON layer_decisions (tenant, status, turn_seq);
+     CREATE INDEX provider_records_by_status ON provider_records (tenant, status, turn_seq);";
+
 #[test]
 fn a_version_1_store_is_migrated_to_handle_operations() {
     let dir = tempfile::tempdir().unwrap();
@@ -757,12 +762,11 @@ fn a_version_1_store_is_migrated_to_handle_operations() {
         .write_batch(&[simple("turn-1", "acme", &[("orders", ProviderStatus::Ok)])])
         .unwrap();
     // Back to what a version-1 ctxd wrote.
+    store.connection().execute_batch(STATUS_INDEXES).unwrap();
     store
         .connection()
         .execute_batch(
             "DROP TABLE handle_operations; DROP TABLE record_dictionaries;
-             CREATE INDEX layer_decisions_by_status ON layer_decisions (tenant, status, turn_seq);
-             CREATE INDEX provider_records_by_status ON provider_records (tenant, status, turn_seq);
              DELETE FROM schema_version WHERE version >= 2",
         )
         .unwrap();
@@ -817,13 +821,9 @@ fn a_version_4_store_drops_its_status_indexes_and_still_finds_turns_by_status() 
         ])
         .unwrap();
     // Back to what a version-4 ctxd wrote: the same rows, two more indexes.
-    store
-        .connection()
-        .execute_batch(
-            "CREATE INDEX layer_decisions_by_status ON layer_decisions (tenant, status, turn_seq);
-             CREATE INDEX provider_records_by_status ON provider_records (tenant, status, turn_seq);
-             DELETE FROM schema_version WHERE version >= 5",
-        )
+    let conn = store.connection();
+    conn.execute_batch(STATUS_INDEXES).unwrap();
+    conn.execute_batch("DELETE FROM schema_version WHERE version >= 5")
         .unwrap();
     drop(store);
     assert!(matches!(

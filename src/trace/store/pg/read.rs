@@ -177,22 +177,8 @@ impl PgConnection {
         })
     }
 
-    /// The seqs one planned search statement returns.
-    pub(crate) fn stream_seqs(&self, sql: &str, params: &[Value]) -> Result<Vec<i64>, StoreError> {
-        self.first_column(sql, params)
-    }
-
-    /// The names a planned name walk returns ([`crate::trace::query::NameColumn::walk`]).
-    pub(crate) fn stream_names(
-        &self,
-        sql: &str,
-        params: &[Value],
-    ) -> Result<Vec<String>, StoreError> {
-        self.first_column(sql, params)
-    }
-
     /// The first column of every row of one planned statement.
-    fn first_column<T>(&self, sql: &str, params: &[Value]) -> Result<Vec<T>, StoreError>
+    pub(crate) fn first_column<T>(&self, sql: &str, params: &[Value]) -> Result<Vec<T>, StoreError>
     where
         T: for<'r> tokio_postgres::types::FromSql<'r>,
     {
