@@ -10,6 +10,7 @@
 
 use super::error::{StoreError, sqlite};
 use crate::contract::LayerStatus;
+use crate::trace::query::NameColumn;
 use crate::trace::upkeep::StoreUsage;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::Path;
@@ -20,17 +21,9 @@ const OLDEST_TURNS: &str =
 const DELETE_TURN: &str = "DELETE FROM turns WHERE seq = ?1";
 const DELETE_PROVIDER_RECORDS: &str = "DELETE FROM provider_records WHERE turn_seq = ?1";
 /// Through the `(tenant, layer, status, turn_seq)` index: one point lookup per status,
-/// for each layer name of the tenant ([`LAYER_NAMES`]).
+/// for each layer name of the tenant ([`NameColumn::walk`]).
 const DELETE_LAYER_DECISIONS: &str = "DELETE FROM layer_decisions
     WHERE tenant = ?1 AND layer = ?9 AND status IN (?3, ?4, ?5, ?6, ?7, ?8) AND turn_seq = ?2";
-/// Every layer name of a tenant's decisions, one index seek each.
-const LAYER_NAMES: &str = "WITH RECURSIVE names (name) AS (
-        SELECT MIN(layer) FROM layer_decisions WHERE tenant = ?1
-        UNION ALL
-        SELECT (SELECT MIN(layer) FROM layer_decisions WHERE tenant = ?1 AND layer > names.name)
-        FROM names WHERE names.name IS NOT NULL
-    )
-    SELECT name FROM names WHERE name IS NOT NULL";
 const DELETE_HANDLE_OPERATIONS: &str = "DELETE FROM handle_operations WHERE rowid IN
     (SELECT rowid FROM handle_operations WHERE tenant = ?1 AND at_ms < ?2 LIMIT ?3)";
 const COUNT_HANDLE_OPERATIONS: &str =
@@ -191,10 +184,11 @@ pub(crate) fn count_past(
 
 /// Every layer name of `tenant`'s layer decisions.
 fn layer_names(conn: &Connection, path: &Path, tenant: &str) -> Result<Vec<String>, StoreError> {
-    conn.prepare_cached(LAYER_NAMES)
+    let walk = NameColumn::Layer.walk(tenant);
+    conn.prepare_cached(&walk.sql)
         .and_then(|mut statement| {
             statement
-                .query_map([tenant], |row| row.get::<_, String>(0))?
+                .query_map(rusqlite::params_from_iter(&walk.params), |row| row.get(0))?
                 .collect()
         })
         .map_err(sqlite(path, "read the layer names"))

@@ -7,6 +7,7 @@ use super::PgConnection;
 use super::schema::require_current;
 use crate::trace::store::error::StoreError;
 use rusqlite::types::Value;
+use tokio_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
 /// The search plan's SQL with its `?` placeholders numbered for PostgreSQL. The plan
@@ -182,14 +183,27 @@ impl PgConnection {
     where
         T: for<'r> tokio_postgres::types::FromSql<'r>,
     {
-        let sql = postgres_placeholders(sql);
-        let params: Vec<Param> = params.iter().map(Param::of).collect();
-        self.run("search traces", |client| async move {
-            let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(Param::as_sql).collect();
-            let rows = client.query(&sql, &refs).await?;
-            Ok(rows.iter().map(|row| row.get(0)).collect())
+        self.run("search traces", |client| {
+            planned_first_column(client, sql, params)
         })
     }
+}
+
+/// The first column of every row of one planned statement (`?` placeholders, SQLite
+/// values), run on a connection or inside a transaction.
+pub(super) async fn planned_first_column<T>(
+    client: &impl GenericClient,
+    sql: &str,
+    params: &[Value],
+) -> Result<Vec<T>, tokio_postgres::Error>
+where
+    T: for<'r> tokio_postgres::types::FromSql<'r>,
+{
+    let sql = postgres_placeholders(sql);
+    let params: Vec<Param> = params.iter().map(Param::of).collect();
+    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(Param::as_sql).collect();
+    let rows = client.query(&sql, &refs).await?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
 }
 
 #[cfg(test)]

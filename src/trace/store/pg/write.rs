@@ -8,9 +8,11 @@
 //! key so two replicas' batches take their row locks in the same order and never
 //! deadlock on them.
 
+use super::read::planned_first_column;
 use super::schema::migrate;
 use super::{PgConnection, PgTarget};
 use crate::contract::LayerStatus;
+use crate::trace::query::NameColumn;
 use crate::trace::store::error::StoreError;
 use crate::trace::store::prune::Pruned;
 use crate::trace::store::rows::{HandleOperationRow, Queued, TraceRows};
@@ -51,17 +53,9 @@ const OLDEST_TURNS: &str =
     "SELECT seq, started_at_ms FROM turns WHERE tenant = $1 ORDER BY seq LIMIT $2";
 const DELETE_PROVIDER_RECORDS: &str = "DELETE FROM provider_records WHERE turn_seq = ANY($1)";
 /// Through the `(tenant, layer, status, turn_seq)` index, under each layer name of the
-/// tenant ([`LAYER_NAMES`]).
+/// tenant ([`NameColumn::walk`]).
 const DELETE_LAYER_DECISIONS: &str = "DELETE FROM layer_decisions
     WHERE tenant = $1 AND layer = ANY($4) AND status = ANY($3) AND turn_seq = ANY($2)";
-/// Every layer name of a tenant's decisions, one index seek each.
-const LAYER_NAMES: &str = "WITH RECURSIVE names (name) AS (
-        SELECT MIN(layer) FROM layer_decisions WHERE tenant = $1
-        UNION ALL
-        SELECT (SELECT MIN(layer) FROM layer_decisions WHERE tenant = $1 AND layer > names.name)
-        FROM names WHERE names.name IS NOT NULL
-    )
-    SELECT name FROM names WHERE name IS NOT NULL";
 const DELETE_TURNS: &str = "DELETE FROM turns WHERE seq = ANY($1)";
 const DELETE_HANDLE_OPERATIONS: &str = "DELETE FROM handle_operations
     WHERE (tenant, handle_id, sequence) IN (SELECT tenant, handle_id, sequence
@@ -333,12 +327,8 @@ impl PgTraceStore {
             let mut pruned = Pruned::default();
             if !seqs.is_empty() {
                 let statuses: Vec<&str> = LayerStatus::ALL.map(LayerStatus::as_str).to_vec();
-                let names: Vec<String> = tx
-                    .query(LAYER_NAMES, &[&tenant])
-                    .await?
-                    .iter()
-                    .map(|row| row.get(0))
-                    .collect();
+                let walk = NameColumn::Layer.walk(tenant);
+                let names: Vec<String> = planned_first_column(&tx, &walk.sql, &walk.params).await?;
                 pruned.provider_records = tx.execute(DELETE_PROVIDER_RECORDS, &[&seqs]).await?;
                 pruned.layer_decisions = tx
                     .execute(DELETE_LAYER_DECISIONS, &[&tenant, &seqs, &statuses, &names])
