@@ -1,6 +1,6 @@
 //! Micro-benchmarks of the pure core on the demo project: gating, assembling and
 //! rendering a turn, bounds and secret scanning of provider items, canonical digests,
-//! keyed locators, capturing a turn's trace, writing the turn's answer and records as
+//! keyed locators, capturing a turn's trace and encoding its rows, writing the turn's answer and records as
 //! JSON (serde_json against `ctxd::json`), and a trace batch insert into a SQLite store.
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -14,7 +14,7 @@ use ctxd::providers::bounds::check_items_refusing;
 use ctxd::providers::secrets;
 use ctxd::trace::DigestKey;
 use ctxd::trace::record::TurnTrace;
-use ctxd::trace::store::TraceStore;
+use ctxd::trace::store::{RowEncoder, TraceStore};
 use ctxd::turn::{self, Answered, Ask, Immediate, ProviderTraceSettings, TurnFacts};
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -217,6 +217,19 @@ fn trace_benches(c: &mut Criterion) {
     });
     c.bench_function("trace/capture demo turn", |b| {
         b.iter(|| demo_traces(black_box(&answered), &key, 1))
+    });
+    let encoded = demo_traces(&answered, &key, 64);
+    c.bench_function("trace/encode demo turn rows", |b| {
+        let encoder = RowEncoder::new(&key);
+        // The build's first turns make its dictionary and give it its statistics.
+        for trace in &encoded[..8] {
+            encoder.encode(trace);
+        }
+        let mut next = 0;
+        b.iter(|| {
+            next = (next + 1) % encoded.len();
+            encoder.encode(black_box(&encoded[next]))
+        })
     });
     let trace = demo_traces(&answered, &key, 1).remove(0);
     let trace = &trace;

@@ -71,6 +71,9 @@ pub struct TraceRows {
     /// What the turn's and its providers' record bodies are compressed with: written
     /// with the batch unless the store already holds it.
     pub(crate) dictionary: Arc<Dictionary>,
+    /// The dictionary was made for this turn (the build's first, or its statistics
+    /// learned): its row counts toward the bytes the turn reserves.
+    pub(crate) dictionary_made: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -168,6 +171,11 @@ impl Queued {
                         .build
                         .as_ref()
                         .map_or(0, |(d, b)| ROW + d.len() + b.len())
+                    + if rows.dictionary_made {
+                        ROW + rows.dictionary.bytes.len()
+                    } else {
+                        0
+                    }
             }
             Queued::HandleOperation(row) => {
                 ROW + row.tenant.len() + row.handle_id.len() + row.record.len()
@@ -202,14 +210,11 @@ impl RowEncoder {
 
     pub fn encode(&self, trace: &TurnTrace) -> TraceRows {
         let turn = &trace.turn;
-        let (record, dictionary) = codec::with_joined(turn, &trace.providers, |text| {
-            let dictionary = self.dictionaries.for_build(
-                &turn.tenant,
-                &turn.project,
-                &turn.build_digest,
-                || Dictionary::from_exemplar(codec::records_of(text)),
-            );
-            (codec::encode(&dictionary, text), dictionary)
+        let (record, chosen) = codec::with_joined(turn, &trace.providers, |text| {
+            let chosen =
+                self.dictionaries
+                    .for_build(&turn.tenant, &turn.project, &turn.build_digest, text);
+            (codec::encode(&chosen.dictionary, text), chosen)
         });
         TraceRows {
             turn: TurnRow {
@@ -256,7 +261,8 @@ impl RowEncoder {
                 })
                 .collect(),
             build: trace.build.clone(),
-            dictionary,
+            dictionary: chosen.dictionary,
+            dictionary_made: chosen.made,
         }
     }
 }

@@ -933,3 +933,66 @@ fn bodies_are_compressed_and_rows_of_json_text_are_read_beside_them() {
         "{error}"
     );
 }
+
+#[test]
+fn a_builds_turns_are_read_back_across_both_of_its_dictionaries() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, path) = store_in(dir.path());
+    let traces: Vec<TurnTrace> = (0..codec::STATISTICS_SAMPLES + 3)
+        .map(|n| {
+            simple(
+                &format!("turn-{n}"),
+                "acme",
+                &[
+                    ("orders", ProviderStatus::Ok),
+                    ("crm", ProviderStatus::NotFound),
+                ],
+            )
+        })
+        .collect();
+    for trace in &traces {
+        store.write_batch(std::slice::from_ref(trace)).unwrap();
+    }
+    let conn = store.connection();
+    let dictionaries: Vec<Vec<u8>> = conn
+        .prepare("SELECT bytes FROM record_dictionaries ORDER BY rowid")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        dictionaries.len(),
+        2,
+        "the first turn's, then with its statistics"
+    );
+    assert!(dictionaries[1].ends_with(&dictionaries[0]));
+    let bodies: Vec<Vec<u8>> = conn
+        .prepare("SELECT record FROM turns ORDER BY seq")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let named: Vec<i64> = bodies
+        .iter()
+        .map(|body| codec::dictionary_of(body).unwrap())
+        .collect();
+    // The first turn makes the dictionary; the next ones are its samples, and the last
+    // sample is the first turn encoded with the statistics.
+    let learned_from = codec::STATISTICS_SAMPLES;
+    assert!(named[..learned_from].iter().all(|id| *id == named[0]));
+    assert!(named[learned_from..].iter().all(|id| *id != named[0]));
+    let reader = TraceReader::open(&path, None).unwrap();
+    for trace in &traces {
+        let stored = reader.turn(None, &trace.turn.turn_id).unwrap().unwrap();
+        assert_eq!(
+            serde_json::to_string(&stored.turn).unwrap(),
+            serde_json::to_string(&trace.turn).unwrap()
+        );
+        assert_eq!(
+            serde_json::to_string(&stored.providers).unwrap(),
+            serde_json::to_string(&trace.providers).unwrap()
+        );
+    }
+}
