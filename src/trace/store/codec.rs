@@ -324,6 +324,8 @@ pub enum DecodeError {
     UnknownFormat,
     #[error("the body's dictionary {0} is not in the store")]
     MissingDictionary(i64),
+    #[error("the body's dictionary {0} does not load")]
+    UnusableDictionary(i64),
     #[error("the body does not decompress: {0}")]
     Corrupt(String),
 }
@@ -340,8 +342,10 @@ pub(crate) fn dictionary_of(body: &[u8]) -> Result<i64, DecodeError> {
 pub(crate) struct DecodingDictionary(DDict<'static>);
 
 impl DecodingDictionary {
-    pub(crate) fn new(bytes: &[u8]) -> DecodingDictionary {
-        DecodingDictionary(DDict::create(bytes))
+    /// `None` when zstd cannot load `bytes`: a dictionary in zstd's format whose header
+    /// or tables are damaged (any other bytes load, as raw content).
+    pub(crate) fn new(bytes: &[u8]) -> Option<DecodingDictionary> {
+        DDict::try_create(bytes).map(DecodingDictionary)
     }
 }
 
@@ -385,7 +389,7 @@ mod tests {
         let other = r#"{"kind":"ctxd.turn.v1","turnId":"77f0","tenant":"acme","buildDigest":"sha256:4ca9","ünïcode":"✓"}"#;
         let body = encode(&dictionary, other);
         assert_eq!(dictionary_of(&body), Ok(dictionary.id));
-        let decoding = DecodingDictionary::new(&dictionary.bytes);
+        let decoding = DecodingDictionary::new(&dictionary.bytes).unwrap();
         assert_eq!(decode(&body, &decoding).unwrap(), other);
         assert!(body.len() < other.len(), "{} bytes", body.len());
     }
@@ -490,7 +494,7 @@ mod tests {
             for (total, dictionary) in bytes.iter_mut().zip([&raw, &learned]) {
                 let body = encode(dictionary, &text);
                 assert_eq!(dictionary_of(&body), Ok(dictionary.id));
-                let decoding = DecodingDictionary::new(&dictionary.bytes);
+                let decoding = DecodingDictionary::new(&dictionary.bytes).unwrap();
                 assert_eq!(decode(&body, &decoding).unwrap().as_bytes(), &text[..]);
                 *total += body.len();
             }
@@ -501,7 +505,7 @@ mod tests {
             bytes[1],
             bytes[0]
         );
-        let wrong = DecodingDictionary::new(&raw.bytes);
+        let wrong = DecodingDictionary::new(&raw.bytes).unwrap();
         let body = encode(&learned, turn_text(7));
         assert!(
             decode(&body, &wrong).is_err(),
@@ -527,7 +531,7 @@ mod tests {
             .unwrap();
         assert_ne!(learned.id, first.id);
         assert!(learned.bytes.ends_with(&first.bytes));
-        let decoding = DecodingDictionary::new(&learned.bytes);
+        let decoding = DecodingDictionary::new(&learned.bytes).unwrap();
         for text in [tiny(9), String::new(), "ü".repeat(3)] {
             assert_eq!(decode(&encode(&learned, &text), &decoding).unwrap(), text);
         }
@@ -572,7 +576,7 @@ mod tests {
     #[test]
     fn a_damaged_body_is_an_error_never_a_panic() {
         let dictionary = Dictionary::from_exemplar([TURN]);
-        let decoding = DecodingDictionary::new(&dictionary.bytes);
+        let decoding = DecodingDictionary::new(&dictionary.bytes).unwrap();
         let body = encode(&dictionary, TURN);
         assert_eq!(decode(b"{}", &decoding), Err(DecodeError::UnknownFormat));
         for cut in [HEADER_BYTES, body.len() - 1] {
@@ -592,7 +596,7 @@ mod tests {
         let last = flipped.len() - 2;
         flipped[last] ^= 0xff;
         assert_ne!(decode(&flipped, &decoding).ok().as_deref(), Some(TURN));
-        let wrong = DecodingDictionary::new(b"another dictionary entirely");
+        let wrong = DecodingDictionary::new(b"another dictionary entirely").unwrap();
         let decoded = decode(&encode(&dictionary, TURN), &wrong);
         assert_ne!(decoded.ok().as_deref(), Some(TURN));
     }

@@ -275,18 +275,20 @@ impl TraceReader {
             reason,
         };
         let id = codec::dictionary_of(bytes).map_err(undecodable)?;
-        let dictionary = self
-            .dictionary(id)?
-            .ok_or_else(|| undecodable(codec::DecodeError::MissingDictionary(id)))?;
+        let dictionary = self.dictionary(id)?.map_err(undecodable)?;
         codec::decode(bytes, &dictionary)
             .map(Cow::Owned)
             .map_err(undecodable)
     }
 
-    /// The record dictionary `id`, read once per reader.
-    fn dictionary(&self, id: i64) -> Result<Option<Arc<DecodingDictionary>>, StoreError> {
+    /// The record dictionary `id`, read once per reader; missing or damaged, the reason a
+    /// body made with it cannot be decoded.
+    fn dictionary(
+        &self,
+        id: i64,
+    ) -> Result<Result<Arc<DecodingDictionary>, codec::DecodeError>, StoreError> {
         if let Some(found) = self.dictionaries.borrow().get(&id) {
-            return Ok(Some(Arc::clone(found)));
+            return Ok(Ok(Arc::clone(found)));
         }
         let bytes: Option<Vec<u8>> = match &self.conn {
             ReadConnection::Sqlite(conn) => conn
@@ -296,15 +298,18 @@ impl TraceReader {
             ReadConnection::Postgres(conn) => conn.dictionary_bytes(id)?,
         };
         let Some(bytes) = bytes else {
-            return Ok(None);
+            return Ok(Err(codec::DecodeError::MissingDictionary(id)));
         };
-        let dictionary = Arc::new(DecodingDictionary::new(&bytes));
+        let Some(dictionary) = DecodingDictionary::new(&bytes) else {
+            return Ok(Err(codec::DecodeError::UnusableDictionary(id)));
+        };
+        let dictionary = Arc::new(dictionary);
         let mut cache = self.dictionaries.borrow_mut();
         if cache.len() >= DICTIONARY_CACHE {
             cache.clear();
         }
         cache.insert(id, Arc::clone(&dictionary));
-        Ok(Some(dictionary))
+        Ok(Ok(dictionary))
     }
 
     fn parse<T: serde::de::DeserializeOwned>(

@@ -995,4 +995,22 @@ fn a_builds_turns_are_read_back_across_both_of_its_dictionaries() {
             serde_json::to_string(&trace.providers).unwrap()
         );
     }
+    // A learned dictionary whose tables are damaged does not load: reading a body made
+    // with it is an error that names the record and the dictionary, never a panic.
+    conn.execute(
+        "UPDATE record_dictionaries SET bytes = ?1 WHERE id = ?2",
+        rusqlite::params![
+            [&dictionaries[1][..8], &[0xff; 64][..]].concat(),
+            named[learned_from]
+        ],
+    )
+    .unwrap();
+    let reader = TraceReader::open(&path, None).unwrap();
+    let last = &traces[traces.len() - 1].turn.turn_id;
+    let error = reader.turn(None, last).unwrap_err().to_string();
+    assert!(
+        error.contains(&format!("dictionary {} does not load", named[learned_from])),
+        "{error}"
+    );
+    assert!(reader.turn(None, &traces[0].turn.turn_id).is_ok());
 }
