@@ -10,9 +10,10 @@
 //! [`STATISTICS_SAMPLES`] turns of the build are kept as samples and then give it a
 //! second dictionary: the same content in zstd's dictionary format, with the entropy
 //! tables and repeat offsets those turns show ([`Dictionary::with_statistics`]). Against
-//! it a turn compresses in about half the time (zstd starts from tables and offsets that
-//! fit instead of building its own for every body) and a little smaller. Both
-//! dictionaries are stored, each once, and every body names the one it was made with.
+//! it zstd takes about a quarter less time per body (it starts from tables and offsets
+//! that fit instead of building its own tables for every body) and bodies come out about
+//! 12 % smaller. Both dictionaries are stored, each once, and every body names the one
+//! it was made with.
 //!
 //! A turn's body holds its turn record and then its provider records, one per line
 //! ([`with_joined`]), so what they share is kept once too; provider rows then hold an
@@ -85,8 +86,9 @@ impl Dictionary {
 
     /// This dictionary's content in zstd's dictionary format, with the entropy tables and
     /// repeat offsets of `samples` (texts like the ones it will compress). `None` when
-    /// zstd cannot make one of them (too little content, too few or too alike samples):
-    /// this dictionary then serves as it is.
+    /// zstd reports an error or would not keep the whole content: this dictionary then
+    /// serves as it is. (zstd pads content shorter than its format asks for, and takes
+    /// any samples.)
     pub(crate) fn with_statistics(&self, samples: &[Vec<u8>]) -> Option<Dictionary> {
         let content = &self.bytes[..];
         let sizes: Vec<usize> = samples.iter().map(Vec::len).collect();

@@ -1014,3 +1014,40 @@ fn a_builds_turns_are_read_back_across_both_of_its_dictionaries() {
     );
     assert!(reader.turn(None, &traces[0].turn.turn_id).is_ok());
 }
+
+#[test]
+fn a_turn_that_makes_a_dictionary_reserves_room_for_its_row() {
+    let encoder = RowEncoder::new(&key());
+    let reserved: Vec<(u64, bool, usize)> = (0..codec::STATISTICS_SAMPLES + 2)
+        .map(|n| {
+            let rows = encoder.encode(&simple(
+                &format!("turn-{n:02}"),
+                "acme",
+                &[("orders", ProviderStatus::Ok)],
+            ));
+            let made = rows.dictionary_made;
+            let dictionary = rows.dictionary.bytes.len();
+            (
+                Queued::Turn(Box::new(rows)).encoded_bytes(),
+                made,
+                dictionary,
+            )
+        })
+        .collect();
+    let made: Vec<bool> = reserved.iter().map(|(_, made, _)| *made).collect();
+    let mut expected = vec![false; reserved.len()];
+    expected[0] = true;
+    expected[codec::STATISTICS_SAMPLES] = true;
+    assert_eq!(made, expected, "the first turn and the last sample's");
+    let plain = reserved[1].0;
+    for (bytes, made, dictionary) in &reserved {
+        if *made {
+            assert!(
+                *bytes >= plain + *dictionary as u64,
+                "{bytes} against {plain}"
+            );
+        } else {
+            assert!(bytes.abs_diff(plain) < 64, "{bytes} against {plain}");
+        }
+    }
+}
