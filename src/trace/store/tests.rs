@@ -15,6 +15,16 @@ use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
+/// The first column of every row `sql` selects.
+fn first_column<T: rusqlite::types::FromSql>(conn: &Connection, sql: &str) -> Vec<T> {
+    conn.prepare(sql)
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
 fn store_in(dir: &Path) -> (TraceStore, PathBuf) {
     let path = dir.join("traces.db");
     (TraceStore::open(&path, &key()).unwrap(), path)
@@ -59,14 +69,10 @@ fn open_creates_a_private_wal_store_and_reopening_changes_nothing() {
     }
     drop(store);
     let again = TraceStore::open(&path, &key()).unwrap();
-    let versions: Vec<i64> = again
-        .connection()
-        .prepare("SELECT version FROM schema_version ORDER BY version")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let versions: Vec<i64> = first_column(
+        again.connection(),
+        "SELECT version FROM schema_version ORDER BY version",
+    );
     assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
     assert!(TraceReader::open(&path, None).is_ok());
 }
@@ -208,30 +214,34 @@ fn a_turn_with_many_layers_and_providers_writes_every_row_in_order() {
     assert_eq!(stored.turn, wide.turn);
     assert_eq!(stored.providers, wide.providers);
     let conn = Connection::open(&path).unwrap();
-    let column = |sql: &str| -> Vec<String> {
-        let mut statement = conn.prepare(sql).unwrap();
-        statement
-            .query_map([], |row| row.get(0))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    };
     assert_eq!(
-        column("SELECT layer FROM layer_decisions WHERE turn_seq = 1 ORDER BY rowid"),
+        first_column::<String>(
+            &conn,
+            "SELECT layer FROM layer_decisions WHERE turn_seq = 1 ORDER BY rowid"
+        ),
         layers
     );
     assert_eq!(
-        column("SELECT provider FROM provider_records WHERE turn_seq = 1 ORDER BY rowid"),
+        first_column::<String>(
+            &conn,
+            "SELECT provider FROM provider_records WHERE turn_seq = 1 ORDER BY rowid"
+        ),
         providers
     );
     assert_eq!(
-        column("SELECT status FROM provider_records WHERE turn_seq = 1 ORDER BY rowid"),
+        first_column::<String>(
+            &conn,
+            "SELECT status FROM provider_records WHERE turn_seq = 1 ORDER BY rowid"
+        ),
         (0..19)
             .map(|i| statuses[i % 3].as_str().to_owned())
             .collect::<Vec<_>>()
     );
     assert_eq!(
-        column("SELECT layer FROM layer_decisions WHERE turn_seq = 2"),
+        first_column::<String>(
+            &conn,
+            "SELECT layer FROM layer_decisions WHERE turn_seq = 2"
+        ),
         ["profile"]
     );
 }
@@ -831,14 +841,10 @@ fn a_version_4_store_drops_its_status_indexes_and_still_finds_turns_by_status() 
         StoreError::TooOld { found: 4, .. }
     ));
     let store = TraceStore::open(&path, &k).unwrap();
-    let indexes: Vec<String> = store
-        .connection()
-        .prepare("SELECT name FROM sqlite_schema WHERE type = 'index' AND name LIKE '%by_status'")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let indexes: Vec<String> = first_column(
+        store.connection(),
+        "SELECT name FROM sqlite_schema WHERE type = 'index' AND name LIKE '%by_status'",
+    );
     assert!(indexes.is_empty(), "{indexes:?}");
     let reader = TraceReader::open(&path, None).unwrap();
     let ids = |query: SearchQuery| -> Vec<String> {
@@ -900,13 +906,7 @@ fn bodies_are_compressed_and_rows_of_json_text_are_read_beside_them() {
         rusqlite::params![seq, serde_json::to_string(&plain.providers[0]).unwrap()],
     )
     .unwrap();
-    let kinds: Vec<String> = conn
-        .prepare("SELECT typeof(record) FROM turns ORDER BY seq")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let kinds: Vec<String> = first_column(conn, "SELECT typeof(record) FROM turns ORDER BY seq");
     assert_eq!(kinds, ["blob", "text"]);
     let reader = TraceReader::open(&path, None).unwrap();
     for trace in [&compressed, &plain] {
@@ -954,26 +954,15 @@ fn a_builds_turns_are_read_back_across_both_of_its_dictionaries() {
         store.write_batch(std::slice::from_ref(trace)).unwrap();
     }
     let conn = store.connection();
-    let dictionaries: Vec<Vec<u8>> = conn
-        .prepare("SELECT bytes FROM record_dictionaries ORDER BY rowid")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let dictionaries: Vec<Vec<u8>> =
+        first_column(conn, "SELECT bytes FROM record_dictionaries ORDER BY rowid");
     assert_eq!(
         dictionaries.len(),
         2,
         "the first turn's, then with its statistics"
     );
     assert!(dictionaries[1].ends_with(&dictionaries[0]));
-    let bodies: Vec<Vec<u8>> = conn
-        .prepare("SELECT record FROM turns ORDER BY seq")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let bodies: Vec<Vec<u8>> = first_column(conn, "SELECT record FROM turns ORDER BY seq");
     let named: Vec<i64> = bodies
         .iter()
         .map(|body| codec::dictionary_of(body).unwrap())
