@@ -1,7 +1,8 @@
 //! Micro-benchmarks of the pure core on the demo project: gating, assembling and
 //! rendering a turn, bounds and secret scanning of provider items, canonical digests,
-//! keyed locators, capturing a turn's trace and encoding its rows, writing the turn's answer and records as
-//! JSON (serde_json against `ctxd::json`), and a trace batch insert into a SQLite store.
+//! keyed locators, capturing a turn's trace and encoding its rows, writing the turn's
+//! answer and records as JSON (serde_json against `ctxd::json`), and a trace batch
+//! insert into a SQLite store.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ctxd::config::Retention;
