@@ -1,8 +1,9 @@
 //! The `context-provider.v1` HTTP provider: one `POST` per lookup or readiness probe to
 //! the endpoint exactly as bound, with every answer bounded, scanned and mapped to an
-//! explicit provider status. Plain async code: the provider actor owns the connection pool
-//! (a client slot per calling thread, [`ClientSlots`]); lookups run on the calling
-//! coordinator's thread, over connections that thread opened.
+//! explicit provider status. Plain async code: the provider actor owns the connections
+//! (ctxd's own HTTP/1.1 client, [`Http1Client`], which keeps each calling thread's
+//! connections apart); lookups run on the calling coordinator's thread, over
+//! connections that thread opened.
 //!
 //! Order of checks on an answer, so that the strongest signal wins and nothing is read
 //! or parsed that need not be:
@@ -24,8 +25,8 @@
 
 use super::PoolSettings;
 use super::bounds::{self, MAX_RESPONSE_BYTES};
-use super::client::ClientSlots;
 use super::endpoint::{self, Violation};
+use super::http1::{BodyError, ConnectionLimits, Http1Client, Http1SetupError};
 use super::redact::SecretHandling;
 use super::{LookupCall, Secret, secrets};
 use crate::contract::{
@@ -33,7 +34,7 @@ use crate::contract::{
 };
 use crate::outcome::{Failure, Outcome};
 use futures_util::StreamExt;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 use std::fmt;
 use std::time::Duration;
@@ -61,6 +62,8 @@ pub enum HttpSetupError {
     SecretNotAHeaderValue,
     #[error("cannot build the HTTP client")]
     Client(#[source] reqwest::Error),
+    #[error("cannot set up the provider's connections")]
+    Connections(#[source] Http1SetupError),
 }
 
 /// Why a readiness probe did not pass: the endpoint answered 404, or the probe failed.
@@ -89,16 +92,14 @@ pub struct Described {
 /// A `context-provider.v1` endpoint. Cloning is cheap and shares the connection pool.
 #[derive(Clone)]
 pub struct HttpProvider {
-    clients: ClientSlots,
+    client: Http1Client,
     endpoint: Url,
     secret: Option<BoundSecret>,
 }
 
-/// The bound secret in the two forms the exchange needs, built once.
+/// The bound secret's reflection check, built once.
 #[derive(Clone)]
 pub(crate) struct BoundSecret {
-    /// `Bearer <secret>`, marked sensitive so the HTTP stack never prints it.
-    authorization: HeaderValue,
     /// A literal matcher for the secret (memchr-backed), for the reflection check on
     /// headers and bodies up to 1 MiB. Its `Debug` would print the secret: this type
     /// deliberately has no `Debug`.
@@ -111,16 +112,11 @@ impl BoundSecret {
         if value.is_empty() {
             return Err(HttpSetupError::EmptySecret);
         }
-        let mut authorization = HeaderValue::from_str(&format!("Bearer {value}"))
-            .map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
-        authorization.set_sensitive(true);
+        HeaderValue::from_str(&bearer(value)).map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
         // An escaped literal always compiles; the error arm only guards against a size limit.
         let reflection = regex::bytes::Regex::new(&regex::escape(value))
             .map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
-        Ok(BoundSecret {
-            authorization,
-            reflection,
-        })
+        Ok(BoundSecret { reflection })
     }
 
     pub(crate) fn is_in(&self, bytes: &[u8]) -> bool {
@@ -145,8 +141,9 @@ impl fmt::Debug for HttpProvider {
 }
 
 impl HttpProvider {
-    /// Builds the client: redirects disabled, no proxy from the environment, no retries,
-    /// pool limits from `pool`, connect timeout `timeout`, rustls. Refuses an endpoint
+    /// Sets up the client ([`Http1Client`]: no redirects, no proxy, no retries but a
+    /// request whose reused connection had closed, rustls with the platform's roots):
+    /// idle connections as `pool` says, connect timeout `timeout`. Refuses an endpoint
     /// that is not `https://` unless its host is loopback, and (like bindings) one with
     /// credentials, a query or a fragment — defence in depth, bindings already check.
     pub fn new(
@@ -155,13 +152,39 @@ impl HttpProvider {
         pool: &PoolSettings,
         timeout: Duration,
     ) -> Result<HttpProvider, HttpSetupError> {
+        Self::trusting(endpoint, secret, pool, timeout, Vec::new())
+    }
+
+    /// [`HttpProvider::new`], trusting `extra_roots` beside the platform's roots.
+    pub(crate) fn trusting(
+        endpoint: Url,
+        secret: Option<Secret>,
+        pool: &PoolSettings,
+        timeout: Duration,
+        extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    ) -> Result<HttpProvider, HttpSetupError> {
         check_endpoint(&endpoint)?;
-        let secret = secret.as_ref().map(BoundSecret::new).transpose()?;
-        let clients = ClientSlots::new(pool, timeout)?;
+        let bound = secret.as_ref().map(BoundSecret::new).transpose()?;
+        let authorization = secret.as_ref().map(|secret| bearer(secret.expose()));
+        let mut headers = vec![
+            ("user-agent", USER_AGENT),
+            ("content-type", "application/json"),
+            ("accept", "application/json"),
+        ];
+        if let Some(authorization) = &authorization {
+            headers.push(("authorization", authorization));
+        }
+        let limits = ConnectionLimits {
+            max_idle: pool.max_idle_per_host,
+            idle_timeout: pool.idle_timeout,
+            connect_timeout: timeout,
+        };
+        let client = Http1Client::new(&endpoint, &headers, limits, extra_roots)
+            .map_err(HttpSetupError::Connections)?;
         Ok(HttpProvider {
-            clients,
+            client,
             endpoint,
-            secret,
+            secret: bound,
         })
     }
 
@@ -170,10 +193,7 @@ impl HttpProvider {
     pub async fn lookup(&self, call: &LookupCall<'_>) -> Outcome {
         let request = LookupRequest::new(call.provider, call.key, call.value, call.limit);
         let outcome = match crate::json::to_vec(&request) {
-            Ok(body) => match self
-                .exchange_by(self.clients.for_lookup(), call.deadline, body)
-                .await
-            {
+            Ok(body) => match self.exchange_by(call.deadline, body).await {
                 Err(failure) => failed(failure),
                 Ok(Answer::NotFound) => Outcome::not_found(LIVE),
                 Ok(Answer::Body(bytes)) => parse_lookup(&bytes, call.limit, call.secrets),
@@ -194,10 +214,7 @@ impl HttpProvider {
     pub async fn describe(&self, deadline: Instant) -> Result<Described, DescribeError> {
         let body = serde_json::to_vec(&DescribeRequest::default())
             .map_err(|_| DescribeError::Failed(Failure::RequestUnencodable))?;
-        match self
-            .exchange_by(self.clients.for_probe(), deadline, body)
-            .await
-        {
+        match self.exchange_by(deadline, body).await {
             Err(failure) => Err(DescribeError::Failed(failure)),
             Ok(Answer::NotFound) => Err(DescribeError::NotFound),
             Ok(Answer::Body(bytes)) => parse_describe(&bytes).map_err(DescribeError::Failed),
@@ -206,51 +223,37 @@ impl HttpProvider {
 
     /// [`HttpProvider::exchange`] bounded by `deadline`. A deadline already past sends
     /// nothing: no answer could arrive in time.
-    async fn exchange_by(
-        &self,
-        client: &reqwest::Client,
-        deadline: Instant,
-        body: Vec<u8>,
-    ) -> Result<Answer, Failure> {
+    async fn exchange_by(&self, deadline: Instant, body: Vec<u8>) -> Result<Answer, Failure> {
         if Instant::now() >= deadline {
             return Err(Failure::Deadline);
         }
-        timeout_at(deadline, self.exchange(client, body))
+        timeout_at(deadline, self.exchange(body))
             .await
             .map_err(|_elapsed| Failure::Deadline)?
     }
 
     /// `POST`s `body` and reads a 2xx answer's body within the limits. Everything up to
     /// parsing: transport, reflection, status and size.
-    async fn exchange(&self, client: &reqwest::Client, body: Vec<u8>) -> Result<Answer, Failure> {
-        let mut request = client
-            .post(self.endpoint.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "application/json")
-            .body(body);
-        if let Some(secret) = &self.secret {
-            request = request.header(AUTHORIZATION, secret.authorization.clone());
-        }
-        let response = request.send().await.map_err(|e| transport_failure(&e))?;
-
-        if let Some(secret) = &self.secret
-            && secret.is_in_headers(response.headers())
-        {
+    async fn exchange(&self, body: Vec<u8>) -> Result<Answer, Failure> {
+        let answer = self.client.post(&body).await?;
+        let secret = self.secret.as_ref();
+        if secret.is_some_and(|s| s.is_in(answer.head_bytes())) {
             return Err(Failure::CredentialReflected);
         }
 
-        let code = response.status().as_u16();
-        if let Some(refusal) = classify_status(code) {
+        if let Some(refusal) = classify_status(answer.code()) {
             // Drain a bounded error body: the secret may be echoed there (a 401 saying
             // which token it refused), and a fully read body lets the connection be
             // reused. Reading problems change nothing: the status already decided.
-            if response
+            if answer
                 .content_length()
                 .is_none_or(|length| length <= MAX_RESPONSE_BYTES as u64)
             {
-                let echoed = match read_body(response, self.secret.as_ref()).await {
-                    Ok(bytes) => self.secret.as_ref().is_some_and(|s| s.is_in(&bytes)),
-                    Err(cut_short) => cut_short == Failure::CredentialReflected,
+                let echoed = match answer.body(MAX_RESPONSE_BYTES).await {
+                    Ok(bytes) | Err(BodyError::TooLarge(bytes)) => {
+                        secret.is_some_and(|s| s.is_in(&bytes))
+                    }
+                    Err(BodyError::Failed(_)) => false,
                 };
                 if echoed {
                     return Err(Failure::CredentialReflected);
@@ -262,14 +265,26 @@ impl HttpProvider {
             };
         }
 
-        if response
+        if answer
             .content_length()
             .is_some_and(|length| length > MAX_RESPONSE_BYTES as u64)
         {
             return Err(Failure::ResponseTooLarge);
         }
-        let bytes = read_body(response, self.secret.as_ref()).await?;
-        if self.secret.as_ref().is_some_and(|s| s.is_in(&bytes)) {
+        let bytes = match answer.body(MAX_RESPONSE_BYTES).await {
+            Ok(bytes) => bytes,
+            // The part read is still checked: a reflected credential is the stronger
+            // finding.
+            Err(BodyError::TooLarge(part)) => {
+                return Err(if secret.is_some_and(|s| s.is_in(&part)) {
+                    Failure::CredentialReflected
+                } else {
+                    Failure::ResponseTooLarge
+                });
+            }
+            Err(BodyError::Failed(failure)) => return Err(failure),
+        };
+        if secret.is_some_and(|s| s.is_in(&bytes)) {
             return Err(Failure::CredentialReflected);
         }
         Ok(Answer::Body(bytes))
@@ -285,6 +300,14 @@ enum Answer {
 }
 
 const LIVE: Source = Source::Live;
+
+/// What ctxd calls itself in the `User-Agent` of its provider requests.
+const USER_AGENT: &str = concat!("ctxd/", env!("CARGO_PKG_VERSION"));
+
+/// The `Authorization` value of a bearer secret.
+fn bearer(secret: &str) -> String {
+    format!("Bearer {secret}")
+}
 
 fn failed(failure: Failure) -> Outcome {
     Outcome::failed(failure, LIVE)
@@ -568,7 +591,6 @@ mod tests {
         let secret = BoundSecret::new(&Secret::new("a.b*c+")).unwrap();
         assert!(secret.is_in(b"xx a.b*c+ yy"));
         assert!(!secret.is_in(b"aXb*c+ and abbbc"));
-        assert!(secret.authorization.is_sensitive());
     }
 
     fn lookup_body(value: serde_json::Value) -> Vec<u8> {

@@ -621,6 +621,81 @@ async fn a_connection_closed_before_any_answer_is_unavailable() {
 }
 
 #[tokio::test]
+async fn an_answer_that_is_not_http_is_an_invalid_response() {
+    let (outcome, _server) = lookup_against(ProviderServer::new().behaviour(Behaviour::Raw(
+        b"SSH-2.0-OpenSSH_9.6\r\n\r\n".to_vec(),
+    )))
+    .await;
+    assert_failed(&outcome, ProviderStatus::InvalidResponse, Some("MALFORMED"));
+    // Two lengths that disagree: where the body ends cannot be known.
+    let (outcome, _server) = lookup_against(ProviderServer::new().behaviour(Behaviour::Raw(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\n{}".to_vec(),
+    )))
+    .await;
+    assert_failed(&outcome, ProviderStatus::InvalidResponse, Some("MALFORMED"));
+    // A broken chunked coding.
+    let (outcome, _server) = lookup_against(ProviderServer::new().behaviour(Behaviour::Raw(
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n".to_vec(),
+    )))
+    .await;
+    assert_failed(&outcome, ProviderStatus::InvalidResponse, Some("MALFORMED"));
+}
+
+#[tokio::test]
+async fn a_response_head_over_64_kib_is_refused() {
+    let head = |pad: usize| {
+        let mut bytes = format!("HTTP/1.1 404 Not Found\r\nx-pad: {}\r\n", "p".repeat(pad));
+        bytes.push_str("content-length: 0\r\n\r\n");
+        bytes.into_bytes()
+    };
+    let fixed = head(0).len();
+    let (outcome, _server) = lookup_against(
+        ProviderServer::new().behaviour(Behaviour::Raw(head(64 * 1024 - fixed + 1))),
+    )
+    .await;
+    assert_failed(
+        &outcome,
+        ProviderStatus::LimitExceeded,
+        Some("RESPONSE_TOO_LARGE"),
+    );
+    let (outcome, _server) =
+        lookup_against(ProviderServer::new().behaviour(Behaviour::Raw(head(64 * 1024 - fixed))))
+            .await;
+    assert_eq!(
+        outcome.status(),
+        ProviderStatus::NotFound,
+        "a head of exactly 64 KiB is read"
+    );
+}
+
+#[tokio::test]
+async fn the_credential_in_the_status_line_is_reflected() {
+    let (outcome, _server) = lookup_against(ProviderServer::new().behaviour(Behaviour::Raw(
+        format!("HTTP/1.1 401 Refused {SECRET}\r\ncontent-length: 0\r\n\r\n").into_bytes(),
+    )))
+    .await;
+    assert_failed(
+        &outcome,
+        ProviderStatus::SecretDetected,
+        Some("CREDENTIAL_REFLECTED"),
+    );
+}
+
+#[tokio::test]
+async fn an_interim_answer_before_the_answer_is_skipped() {
+    let body = json!({"contract": "context-provider.v1", "items": [{"id": "a", "content": "x"}]})
+        .to_string();
+    let raw = format!(
+        "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (outcome, _server) =
+        lookup_against(ProviderServer::new().behaviour(Behaviour::Raw(raw.into_bytes()))).await;
+    assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+    assert_eq!(outcome.items_found().len(), 1);
+}
+
+#[tokio::test]
 async fn connection_refused_is_connect_failed() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -698,11 +773,9 @@ async fn each_calling_thread_reuses_its_own_connection() {
     .expect("the callers are joined");
     assert_eq!(statuses, vec![ProviderStatus::Ok; 6]);
     assert_eq!(server.lookups(), 6);
-    // A provider has one lookup slot per CPU; with a single CPU both threads share it.
-    let slots = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert_eq!(
         server.connections(),
-        slots.min(2),
+        2,
         "one connection per calling thread, each kept alive and reused"
     );
 }
