@@ -158,6 +158,8 @@ struct Args {
     repeated_providers: usize,
     /// Run the PostgreSQL variant (`--postgres`).
     postgres: bool,
+    /// The same-hop server's upstream client (`--same-hop-client`).
+    same_hop_client: same_hop::SameHopClient,
     out: PathBuf,
 }
 
@@ -166,7 +168,7 @@ fn usage() -> ! {
         "usage: cargo bench --bench load -- [--duration SECS] [--warmup SECS] [--concurrency N] \
          [--providers 1,4,8] [--overhead-providers N|none] [--open-load FRACTION] [--rounds N] [--soak SECS] [--soak-providers N] \
          [--skip-load] [--workers N] [--client-threads N] [--mock-threads N] [--compare-ctxd PATH] \
-         [--repeated FRACTION] [--repeated-providers N] [--postgres] [--out DIR]"
+         [--repeated FRACTION] [--repeated-providers N] [--postgres] [--same-hop-client reqwest|ctxd] [--out DIR]"
     );
     std::process::exit(2)
 }
@@ -190,6 +192,7 @@ fn parse_args() -> Args {
         repeated: None,
         repeated_providers: 4,
         postgres: false,
+        same_hop_client: same_hop::SameHopClient::Reqwest,
         out: target_dir().join("bench/load"),
     };
     let mut it = std::env::args().skip(1);
@@ -256,6 +259,12 @@ fn parse_args() -> Args {
             }
             "--repeated-providers" => args.repeated_providers = number(it.next()),
             "--postgres" => args.postgres = true,
+            "--same-hop-client" => {
+                args.same_hop_client = it
+                    .next()
+                    .and_then(|c| same_hop::SameHopClient::parse(&c))
+                    .unwrap_or_else(|| usage())
+            }
             "--out" => args.out = PathBuf::from(it.next().unwrap_or_else(|| usage())),
             "-h" | "--help" => usage(),
             other => {
@@ -2626,14 +2635,15 @@ fn main() {
     let pool = args.concurrency * 2;
     let side_client = client(pool);
     println!(
-        "load bench: ctxd {} | {cpus} CPUs shared by ctxd ({} workers), the client ({} threads) and the mocks ({} threads) | concurrency {} | warm-up {:.0} s + {:.0} s per phase",
+        "load bench: ctxd {} | {cpus} CPUs shared by ctxd ({} workers), the client ({} threads) and the mocks ({} threads) | concurrency {} | warm-up {:.0} s + {:.0} s per phase | same-hop upstream client: {}",
         env!("CARGO_BIN_EXE_ctxd"),
         args.workers.map_or("default".to_owned(), |w| w.to_string()),
         args.client_threads,
         args.mock_threads,
         args.concurrency,
         args.warmup.as_secs_f64(),
-        args.duration.as_secs_f64()
+        args.duration.as_secs_f64(),
+        args.same_hop_client.name()
     );
     let compare_binary = args.compare_ctxd.clone().map(CtxdBinary::compare);
     if compare_binary.is_some() && !args.rounds.is_multiple_of(4) {
@@ -2694,7 +2704,7 @@ fn main() {
                         .collect(),
                 },
             });
-            let hop = same_hop::SameHopProcess::start(mocks, args.workers);
+            let hop = same_hop::SameHopProcess::start(mocks, args.workers, args.same_hop_client);
             let hop_target = Arc::new(Target {
                 client: client(pool),
                 values: Values::Cycle,
@@ -2990,6 +3000,7 @@ fn main() {
         },
         "settings": {
             "concurrency": args.concurrency,
+            "same_hop_client": args.same_hop_client.name(),
             "warmup_seconds": args.warmup.as_secs_f64(),
             "rounds": args.rounds,
             "order": if args.compare_ctxd.is_some() {

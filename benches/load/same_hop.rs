@@ -2,10 +2,13 @@
 //! work and nothing else. It runs as its own process (the bench binary started again
 //! with [`SERVER_ENV`] set), so its CPU and RSS are measured exactly as ctxd's are.
 //!
-//! Built on the same stack as ctxd: actix-web with one worker per CPU (or `--workers`)
-//! in, reqwest (HTTP/1.1, keep-alive pool, redirects off; one client per worker, as ctxd
-//! gives each worker a client slot of its own) out, and jemalloc as its allocator (the
-//! bench binary's, as ctxd's). A turn: the client's `POST /v1/turns` (bearer key
+//! Built on actix-web with one worker per CPU (or `--workers`) in, and jemalloc as its
+//! allocator (the bench binary's, as ctxd's). Out, with `--same-hop-client`: reqwest
+//! (`reqwest`, the default: HTTP/1.1, keep-alive pool, redirects off, one client per
+//! worker), the common way to write such a server; or ctxd's own HTTP/1.1 client
+//! (`ctxd`: `ctxd::providers::http1`, one per worker and upstream, as each ctxd worker
+//! keeps its own connections), so that the ratio against it leaves out the cost of the
+//! HTTP client and shows the rest of what ctxd adds. A turn: the client's `POST /v1/turns` (bearer key
 //! compared, JSON body parsed), the same N upstream `lookup` calls made concurrently
 //! with the same bearer header and the same request body as ctxd sends, each answer
 //! read and parsed as `LookupResponse`, and a JSON answer of the same shape and a
@@ -15,9 +18,10 @@
 //! metrics, or capture and write a trace: the ratio against it is what ctxd itself adds
 //! over its network work.
 
-use super::{API_KEY, mock_lookup};
+use super::{API_KEY, LIMIT, PROVIDER_SECRET, mock_lookup};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
-use ctxd::contract::LookupResponse;
+use ctxd::contract::{LookupRequest, LookupResponse};
+use ctxd::providers::http1::{ConnectionLimits, Http1Client};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
@@ -30,6 +34,32 @@ use std::time::Duration;
 pub(crate) const SERVER_ENV: &str = "CTXD_BENCH_SAME_HOP_UPSTREAMS";
 /// The actix-web worker count of the server (unset: one per CPU, like ctxd).
 const WORKERS_ENV: &str = "CTXD_BENCH_SAME_HOP_WORKERS";
+/// `ctxd` when the server calls its upstreams through ctxd's own client.
+const CLIENT_ENV: &str = "CTXD_BENCH_SAME_HOP_CLIENT";
+
+/// The HTTP client the same-hop server calls its upstreams with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SameHopClient {
+    Reqwest,
+    Ctxd,
+}
+
+impl SameHopClient {
+    pub(crate) fn parse(text: &str) -> Option<SameHopClient> {
+        match text {
+            "reqwest" => Some(SameHopClient::Reqwest),
+            "ctxd" => Some(SameHopClient::Ctxd),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            SameHopClient::Reqwest => "reqwest",
+            SameHopClient::Ctxd => "ctxd",
+        }
+    }
+}
 const LISTENING: &str = "same-hop listening on ";
 
 /// Runs the server and never returns when the process was started as one.
@@ -44,7 +74,11 @@ pub(crate) fn serve_if_asked() {
     let workers = std::env::var(WORKERS_ENV)
         .ok()
         .and_then(|w| w.parse::<usize>().ok());
-    let result = actix_rt::System::new().block_on(serve(urls, workers));
+    let client = std::env::var(CLIENT_ENV)
+        .ok()
+        .and_then(|c| SameHopClient::parse(&c))
+        .unwrap_or(SameHopClient::Reqwest);
+    let result = actix_rt::System::new().block_on(serve(urls, workers, client));
     if let Err(error) = result {
         eprintln!("same-hop server: {error}");
         std::process::exit(1);
@@ -65,18 +99,53 @@ fn same_hop_client() -> reqwest::Client {
         .expect("the same-hop client builds")
 }
 
+/// ctxd's client of one upstream, with the headers ctxd sends: 256 idle connections,
+/// 1 s to connect.
+fn ctxd_client(url: &str) -> Http1Client {
+    let authorization = format!("Bearer {PROVIDER_SECRET}");
+    Http1Client::new(
+        &url::Url::parse(url).expect("an upstream URL"),
+        &[
+            ("content-type", "application/json"),
+            ("accept", "application/json"),
+            ("authorization", &authorization),
+        ],
+        ConnectionLimits {
+            max_idle: 256,
+            idle_timeout: Duration::from_secs(90),
+            connect_timeout: Duration::from_secs(1),
+        },
+        Vec::new(),
+    )
+    .expect("the same-hop client of ctxd's sets up")
+}
+
+/// A worker's upstream clients.
+enum Clients {
+    Reqwest(reqwest::Client),
+    /// One per upstream, in the order of `Upstreams::urls`.
+    Ctxd(Vec<Http1Client>),
+}
+
 struct Upstreams {
-    client: reqwest::Client,
+    clients: Clients,
     urls: Vec<String>,
 }
 
-async fn serve(urls: Vec<String>, workers: Option<usize>) -> std::io::Result<()> {
-    // One client per worker, built on the worker's thread (as ctxd gives each worker a
-    // client slot of its own): a call only uses connections whose I/O task runs on its
-    // thread.
+async fn serve(
+    urls: Vec<String>,
+    workers: Option<usize>,
+    client: SameHopClient,
+) -> std::io::Result<()> {
+    // The clients of each worker are built on the worker's thread (as each ctxd worker
+    // keeps its own connections): a call only uses connections driven on its thread.
     let mut server = HttpServer::new(move || {
+        let clients = match client {
+            SameHopClient::Reqwest => Clients::Reqwest(same_hop_client()),
+            SameHopClient::Ctxd => Clients::Ctxd(urls.iter().map(|url| ctxd_client(url)).collect()),
+        };
         let state = web::Data::new(Upstreams {
-            client: same_hop_client(),
+            clients,
             urls: urls.clone(),
         });
         App::new()
@@ -117,17 +186,37 @@ async fn turn(request: HttpRequest, body: web::Bytes, state: web::Data<Upstreams
     };
     let calls = state.urls.iter().enumerate().map(|(k, url)| {
         let provider = format!("p{}", k + 1);
-        let lookup = mock_lookup(&state.client, url, k, value);
+        let state = &state;
         async move {
-            let answer = async {
-                let response = lookup.send().await.ok()?;
-                if response.status() != 200 {
-                    return None;
+            let bytes = match &state.clients {
+                Clients::Reqwest(client) => {
+                    async {
+                        let response = mock_lookup(client, url, k, value).send().await.ok()?;
+                        if response.status() != 200 {
+                            return None;
+                        }
+                        response.bytes().await.ok().map(|bytes| bytes.to_vec())
+                    }
+                    .await
                 }
-                let bytes = response.bytes().await.ok()?;
-                serde_json::from_slice::<LookupResponse>(&bytes).ok()
-            }
-            .await;
+                Clients::Ctxd(clients) => {
+                    let request = LookupRequest::new(&provider, "customerId", value, LIMIT);
+                    let body = serde_json::to_vec(&request).expect("a lookup request serializes");
+                    let exchange = async {
+                        let answer = clients[k].post(&body).await.ok()?;
+                        if answer.code() != 200 {
+                            return None;
+                        }
+                        answer.body(1024 * 1024).await.ok()
+                    };
+                    tokio::time::timeout(Duration::from_secs(1), exchange)
+                        .await
+                        .ok()
+                        .flatten()
+                }
+            };
+            let answer =
+                bytes.and_then(|bytes| serde_json::from_slice::<LookupResponse>(&bytes).ok());
             (provider, answer)
         }
     });
@@ -204,12 +293,17 @@ pub(crate) struct SameHopProcess {
 }
 
 impl SameHopProcess {
-    /// Starts the bench binary again as the server, calling `mocks`.
-    pub(crate) fn start(mocks: &[SocketAddr], workers: Option<usize>) -> SameHopProcess {
+    /// Starts the bench binary again as the server, calling `mocks` through `client`.
+    pub(crate) fn start(
+        mocks: &[SocketAddr],
+        workers: Option<usize>,
+        client: SameHopClient,
+    ) -> SameHopProcess {
         let upstreams: Vec<String> = mocks.iter().map(SocketAddr::to_string).collect();
         let mut command = Command::new(std::env::current_exe().expect("the bench knows its path"));
         command
             .env(SERVER_ENV, upstreams.join(","))
+            .env(CLIENT_ENV, client.name())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());

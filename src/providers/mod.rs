@@ -8,7 +8,7 @@ pub mod bounds;
 pub(crate) mod client;
 pub(crate) mod endpoint;
 pub mod http;
-pub(crate) mod http1;
+pub mod http1;
 pub mod mcp;
 pub mod postgres;
 pub mod redact;

@@ -622,9 +622,9 @@ async fn a_connection_closed_before_any_answer_is_unavailable() {
 
 #[tokio::test]
 async fn an_answer_that_is_not_http_is_an_invalid_response() {
-    let (outcome, _server) = lookup_against(ProviderServer::new().behaviour(Behaviour::Raw(
-        b"SSH-2.0-OpenSSH_9.6\r\n\r\n".to_vec(),
-    )))
+    let (outcome, _server) = lookup_against(
+        ProviderServer::new().behaviour(Behaviour::Raw(b"SSH-2.0-OpenSSH_9.6\r\n\r\n".to_vec())),
+    )
     .await;
     assert_failed(&outcome, ProviderStatus::InvalidResponse, Some("MALFORMED"));
     // Two lengths that disagree: where the body ends cannot be known.

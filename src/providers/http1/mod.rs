@@ -35,7 +35,7 @@
 //! Nothing here knows secrets or lookup values: the caller encodes its fixed headers
 //! (the bearer header among them) and checks answers; errors carry no text.
 
-pub(crate) mod framing;
+mod framing;
 
 use crate::outcome::Failure;
 use framing::{ChunkedDecoder, Framing, Head, HeadError, parse_head};
@@ -79,18 +79,18 @@ pub enum Http1SetupError {
 
 /// The connection limits a client keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ConnectionLimits {
+pub struct ConnectionLimits {
     /// Idle connections each thread keeps.
-    pub(crate) max_idle: usize,
+    pub max_idle: usize,
     /// How long a connection may sit idle and still be used.
-    pub(crate) idle_timeout: Duration,
+    pub idle_timeout: Duration,
     /// Bound on opening a connection (TCP and TLS together).
-    pub(crate) connect_timeout: Duration,
+    pub connect_timeout: Duration,
 }
 
 /// A client of one endpoint. Cloning is cheap and shares the connections.
 #[derive(Clone)]
-pub(crate) struct Http1Client {
+pub struct Http1Client {
     shared: Arc<Shared>,
 }
 
@@ -133,7 +133,7 @@ impl Http1Client {
     /// A client that `POST`s to `url` with `headers` (name, value) on every request,
     /// besides `Host` and `Content-Length`. TLS roots: the platform's, plus
     /// `extra_roots`.
-    pub(crate) fn new(
+    pub fn new(
         url: &Url,
         headers: &[(&str, &str)],
         limits: ConnectionLimits,
@@ -199,7 +199,7 @@ impl Http1Client {
 
     /// `POST`s `body` and reads the answer's head. The caller reads the body through
     /// the [`Answer`] (or drops it, which closes the connection).
-    pub(crate) async fn post(&self, body: &[u8]) -> Result<Answer<'_>, Failure> {
+    pub async fn post(&self, body: &[u8]) -> Result<Answer<'_>, Failure> {
         let shared = &*self.shared;
         if let Some(connection) = shared.checkout() {
             let mut connection = connection;
@@ -497,7 +497,7 @@ impl Connection {
 
 /// An answer whose head has been read; its body is read with [`Answer::body`].
 /// Dropping it unread closes the connection.
-pub(crate) struct Answer<'a> {
+pub struct Answer<'a> {
     client: &'a Http1Client,
     connection: Option<Connection>,
     head: Head,
@@ -505,7 +505,7 @@ pub(crate) struct Answer<'a> {
 
 /// Why an answer's body could not be read whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum BodyError {
+pub enum BodyError {
     /// The body is longer than the limit: its first `limit` bytes.
     TooLarge(Vec<u8>),
     /// The connection closed or failed, or the chunked coding is broken.
@@ -514,18 +514,18 @@ pub(crate) enum BodyError {
 
 impl Answer<'_> {
     /// The status code.
-    pub(crate) fn code(&self) -> u16 {
+    pub fn code(&self) -> u16 {
         self.head.code
     }
 
     /// The declared length of the body, when the answer declares one.
-    pub(crate) fn content_length(&self) -> Option<u64> {
+    pub fn content_length(&self) -> Option<u64> {
         self.head.content_length()
     }
 
     /// The answer's head as it arrived (status line and header fields), for checks on
     /// every header at once.
-    pub(crate) fn head_bytes(&self) -> &[u8] {
+    pub fn head_bytes(&self) -> &[u8] {
         self.connection
             .as_ref()
             .map_or(&[][..], |connection| &connection.received_head)
@@ -533,7 +533,7 @@ impl Answer<'_> {
 
     /// Reads the whole body, at most `limit` bytes. The connection goes back to the
     /// thread's idle list when the answer allows it.
-    pub(crate) async fn body(mut self, limit: usize) -> Result<Vec<u8>, BodyError> {
+    pub async fn body(mut self, limit: usize) -> Result<Vec<u8>, BodyError> {
         let Some(mut connection) = self.connection.take() else {
             return Err(BodyError::Failed(Failure::ConnectionReset));
         };
