@@ -336,9 +336,8 @@ fn writer_run(dir: &Path, key: &DigestKey, traces: Vec<TurnTrace>) -> Run {
     }
 }
 
-const INSERT_TURN: &str = "INSERT INTO turns (turn_id, tenant, project, build_digest, blocked, rendered_digest, started_at_ms, duration_ms, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
-const INSERT_LAYER: &str = "INSERT INTO layer_decisions (turn_seq, tenant, layer, status, reason) VALUES (?1, ?2, ?3, ?4, ?5)";
-const INSERT_PROVIDER: &str = "INSERT INTO provider_records (turn_seq, tenant, provider, status, observed_at_ms, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+const INSERT_TURN: &str = "INSERT INTO turns (turn_id, tenant, project, build_digest, blocked, rendered_digest, started_at_ms, duration_ms, record, shape, provider_count) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+const INSERT_SHAPE_KEY: &str = "INSERT INTO shape_keys (tenant, kind, name, status, shape) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING";
 const UPSERT_RETAINED: &str = "INSERT INTO retained_content (tenant, fingerprint, ciphertext, expires_at_ms) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (tenant, fingerprint) DO UPDATE SET expires_at_ms = excluded.expires_at_ms WHERE excluded.expires_at_ms > retained_content.expires_at_ms";
 const INSERT_BUILD: &str =
     "INSERT INTO builds (digest, build) VALUES (?1, ?2) ON CONFLICT (digest) DO NOTHING";
@@ -349,16 +348,16 @@ const INSERT_DICTIONARY: &str =
 /// Returns the records written.
 fn insert_plain(conn: &mut Connection, rows: &[TraceRows]) -> u64 {
     let mut records = 0u64;
-    // Each dictionary once, as the writer remembers the ones it stored.
+    // Each dictionary and each shape's keys once, as the writer remembers what it stored.
     let mut dictionaries = std::collections::HashSet::new();
+    let mut shapes = std::collections::HashSet::new();
     for chunk in rows.chunks(BATCH) {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .unwrap();
         {
             let mut insert_turn = tx.prepare_cached(INSERT_TURN).unwrap();
-            let mut insert_layer = tx.prepare_cached(INSERT_LAYER).unwrap();
-            let mut insert_provider = tx.prepare_cached(INSERT_PROVIDER).unwrap();
+            let mut insert_shape_key = tx.prepare_cached(INSERT_SHAPE_KEY).unwrap();
             let mut upsert_retained = tx.prepare_cached(UPSERT_RETAINED).unwrap();
             let mut insert_build = tx.prepare_cached(INSERT_BUILD).unwrap();
             let mut insert_dictionary = tx.prepare_cached(INSERT_DICTIONARY).unwrap();
@@ -378,32 +377,23 @@ fn insert_plain(conn: &mut Connection, rows: &[TraceRows]) -> u64 {
                         t.rendered_digest,
                         t.started_at_ms,
                         t.duration_ms,
-                        t.record
+                        t.record,
+                        row.shape.id,
+                        row.provider_records
                     ])
                     .unwrap();
-                let seq = tx.last_insert_rowid();
-                for layer in &row.layers {
-                    insert_layer
-                        .execute(params![
-                            seq,
-                            t.tenant,
-                            layer.layer,
-                            layer.status,
-                            layer.reason
-                        ])
-                        .unwrap();
-                }
-                for provider in &row.providers {
-                    insert_provider
-                        .execute(params![
-                            seq,
-                            t.tenant,
-                            provider.provider,
-                            provider.status,
-                            provider.observed_at_ms,
-                            provider.record
-                        ])
-                        .unwrap();
+                if shapes.insert(row.shape.id) {
+                    for key in &row.shape.keys {
+                        insert_shape_key
+                            .execute(params![
+                                t.tenant,
+                                key.kind,
+                                key.name,
+                                key.status,
+                                row.shape.id
+                            ])
+                            .unwrap();
+                    }
                 }
                 for retained in &row.retained {
                     upsert_retained
@@ -418,7 +408,7 @@ fn insert_plain(conn: &mut Connection, rows: &[TraceRows]) -> u64 {
                 if let Some((digest, build)) = &row.build {
                     insert_build.execute(params![digest, build]).unwrap();
                 }
-                records += 1 + row.providers.len() as u64;
+                records += 1 + u64::from(row.provider_records);
             }
         }
         tx.commit().unwrap();
@@ -585,7 +575,7 @@ fn main() {
     println!("encode: {:.1} us/turn", encode_seconds * 1e6 / TURNS as f64);
     let turn_body = rows.iter().map(|r| r.turn.record.len()).sum::<usize>() / rows.len();
     println!(
-        "trace_writer: {TURNS} turns x (1 turn row with a ~{turn_body} B body: the turn record and 3 provider records, compressed together; 3 provider rows + 5 layer decisions + 1 retained item), batches of {BATCH}, {RUNS} runs each"
+        "trace_writer: {TURNS} turns x (1 turn row with a ~{turn_body} B body: the turn record and 3 provider records, compressed together; its shape: 3 provider and 5 layer (name, status) pairs, written once; 1 retained item), batches of {BATCH}, {RUNS} runs each"
     );
 
     let bench_dir = target_dir().join("bench");

@@ -3,6 +3,18 @@
 //!
 //! How a search runs, so a page costs about `limit` index entries per stream whatever
 //! the store's size:
+//! - A turn written since schema version 6 (SQLite; 5 on PostgreSQL) carries its
+//!   *shape*: the id of the set of its provider records' and layer decisions' (name,
+//!   status) pairs, whose pairs are stored once per tenant in `shape_keys` (a
+//!   `WITHOUT ROWID` key, one row per pair and shape). A search with provider or
+//!   layer filters first finds the tenant's shapes that hold the pairs asked for
+//!   ([`shapes_matching`]: seeks of `shape_keys`, intersected when both kinds are
+//!   filtered), then runs one stream per matching shape over `turns (tenant, shape,
+//!   seq, started_at_ms)` ([`streams`]). A tenant has few shapes (its turns repeat the
+//!   same statuses), so a turn writes one row and four index entries instead of a row
+//!   and index entries per provider record and layer decision.
+//! - Turns written before keep their rows in `provider_records` and `layer_decisions`,
+//!   and the streams below find them; a turn with a shape has no such rows.
 //! - It walks one index newest first (`turn_seq DESC`), the *driver*: the provider
 //!   index when a provider filter is given (`provider`, `providerStatus` or both), else
 //!   the layer index when a layer filter is given, else `turns (tenant, seq, …)`.
@@ -40,6 +52,47 @@ use std::time::UNIX_EPOCH;
 pub(crate) const MAX_LIMIT: usize = 500;
 /// The page size when a caller does not choose one.
 pub(crate) const DEFAULT_LIMIT: usize = 20;
+
+/// `shape_keys.kind` of a provider record's (name, status) pair.
+pub(crate) const PROVIDER_KEY: &str = "provider";
+/// `shape_keys.kind` of a layer decision's (name, status) pair.
+pub(crate) const LAYER_KEY: &str = "layer";
+
+/// The statement whose rows are the ids of `tenant`'s turn shapes that hold every pair
+/// the query's provider and layer filters ask for; `None` when it has neither filter
+/// (every turn matches, whatever its shape).
+pub(crate) fn shapes_matching(query: &SearchQuery, tenant: &str) -> Option<Stream> {
+    let provider = (query.provider.is_some() || query.provider_status.is_some()).then(|| {
+        (
+            PROVIDER_KEY,
+            query.provider.clone(),
+            query.provider_status.map(ProviderStatus::as_str),
+        )
+    });
+    let layer = (query.layer.is_some() || query.layer_status.is_some()).then(|| {
+        (
+            LAYER_KEY,
+            query.layer.clone(),
+            query.layer_status.map(LayerStatus::as_str),
+        )
+    });
+    let mut sql = Sql::new("");
+    for (i, (kind, name, status)) in provider.into_iter().chain(layer).enumerate() {
+        if i > 0 {
+            sql.push(" INTERSECT ");
+        }
+        sql.push("SELECT DISTINCT k.shape FROM shape_keys k WHERE");
+        sql.bind(" k.tenant = ?", tenant.to_owned())
+            .bind(" AND k.kind = ?", kind.to_owned());
+        if let Some(name) = name {
+            sql.bind(" AND k.name = ?", name);
+        }
+        if let Some(status) = status {
+            sql.bind(" AND k.status = ?", status.to_owned());
+        }
+    }
+    (!sql.text.is_empty()).then(|| sql.finish())
+}
 
 /// Every tenant with turns, by walking `turns (tenant, …)` one distinct value at a time.
 pub(crate) const TENANTS: &str = "WITH RECURSIVE tenants (name) AS (
@@ -250,17 +303,69 @@ fn layer_check(sql: &mut Sql, query: &SearchQuery, layers: &[String], tenant: &s
 }
 
 /// The statements whose merged rows answer `query` for one tenant: matching seqs below
-/// `before`, newest first, at most `take` each. `names` holds what [`names_needed`]
-/// asked for; a status filter whose column has no name for this tenant matches
-/// nothing, and no statement is planned.
+/// `before`, newest first, at most `take` each. `shapes` holds the ids
+/// [`shapes_matching`] found (one stream each, over the turns that carry a shape);
+/// `names` holds what [`names_needed`] asked for, for the turns written before shapes:
+/// a status filter whose column has no name for this tenant matches none of those, and
+/// no statement is planned for them.
 pub(crate) fn streams(
     query: &SearchQuery,
     tenant: &str,
     names: &TenantNames,
+    shapes: &[i64],
     before: i64,
     take: usize,
 ) -> Vec<Stream> {
     let take = i64::try_from(take).unwrap_or(i64::MAX);
+    let filtered = query.provider.is_some()
+        || query.provider_status.is_some()
+        || query.layer.is_some()
+        || query.layer_status.is_some();
+    let mut planned = if filtered {
+        unshaped_streams(query, tenant, names, before, take)
+    } else {
+        Vec::new()
+    };
+    if filtered {
+        planned.extend(shapes.iter().map(|&shape| {
+            let mut sql = Sql::new("SELECT t.seq FROM turns t WHERE");
+            sql.bind(" t.tenant = ?", tenant.to_owned())
+                .bind(" AND t.shape = ?", shape)
+                .bind(" AND t.seq < ?", before);
+            window(&mut sql, query);
+            sql.bind(" ORDER BY t.seq DESC LIMIT ?", take);
+            sql.finish()
+        }));
+    } else {
+        let mut sql = Sql::new("SELECT t.seq FROM turns t WHERE");
+        sql.bind(" t.tenant = ?", tenant.to_owned())
+            .bind(" AND t.seq < ?", before);
+        window(&mut sql, query);
+        sql.bind(" ORDER BY t.seq DESC LIMIT ?", take);
+        planned.push(sql.finish());
+    }
+    planned
+}
+
+/// `AND t.started_at_ms …` for the time window, if any.
+fn window(sql: &mut Sql, query: &SearchQuery) {
+    if let Some(since) = query.since_ms {
+        sql.bind(" AND t.started_at_ms >= ?", since);
+    }
+    if let Some(until) = query.until_ms {
+        sql.bind(" AND t.started_at_ms < ?", until);
+    }
+}
+
+/// The streams over the rows of turns written before shapes: the provider index when a
+/// provider filter is given, else the layer index.
+fn unshaped_streams(
+    query: &SearchQuery,
+    tenant: &str,
+    names: &TenantNames,
+    before: i64,
+    take: i64,
+) -> Vec<Stream> {
     let needed = names_needed(query);
     let none_found = |column, found: &[String]| needed.contains(&column) && found.is_empty();
     if none_found(NameColumn::Provider, &names.providers)
@@ -312,17 +417,7 @@ pub(crate) fn streams(
             })
             .collect()
     } else {
-        let mut sql = Sql::new("SELECT t.seq FROM turns t WHERE");
-        sql.bind(" t.tenant = ?", tenant.to_owned())
-            .bind(" AND t.seq < ?", before);
-        if let Some(since) = query.since_ms {
-            sql.bind(" AND t.started_at_ms >= ?", since);
-        }
-        if let Some(until) = query.until_ms {
-            sql.bind(" AND t.started_at_ms < ?", until);
-        }
-        sql.bind(" ORDER BY t.seq DESC LIMIT ?", take);
-        vec![sql.finish()]
+        unreachable!("called with a provider or layer filter")
     }
 }
 
@@ -798,21 +893,28 @@ mod tests {
         shapes
     }
 
-    /// The names `query` needs, read from the store as the reader reads them.
-    fn names_of(conn: &Connection, query: &SearchQuery, tenant: &str) -> TenantNames {
+    /// Names for the streams over rows written before shapes, as a store holding such
+    /// rows gives them (the plans do not depend on the rows).
+    fn legacy_names(query: &SearchQuery) -> TenantNames {
         let mut names = TenantNames::default();
         for column in names_needed(query) {
-            let walk = column.walk(tenant);
-            let found = conn
-                .prepare(&walk.sql)
-                .unwrap()
-                .query_map(rusqlite::params_from_iter(&walk.params), |row| row.get(0))
-                .unwrap()
-                .collect::<Result<Vec<String>, _>>()
-                .unwrap();
-            names.set(column, found);
+            names.set(column, vec!["crm".to_owned(), "orders".to_owned()]);
         }
         names
+    }
+
+    /// The shapes `query` matches in the store, as the reader finds them.
+    fn shapes_of(conn: &Connection, query: &SearchQuery, tenant: &str) -> Vec<i64> {
+        shapes_matching(query, tenant).map_or_else(Vec::new, |statement| {
+            conn.prepare(&statement.sql)
+                .unwrap()
+                .query_map(rusqlite::params_from_iter(&statement.params), |row| {
+                    row.get(0)
+                })
+                .unwrap()
+                .collect::<Result<Vec<i64>, _>>()
+                .unwrap()
+        })
     }
 
     fn plan(conn: &Connection, stream: &Stream) -> Vec<String> {
@@ -858,24 +960,31 @@ mod tests {
         let shapes = shapes();
         assert_eq!(shapes.len(), 96);
         for shape in &shapes {
-            let streams = streams(shape, "acme", &names_of(conn, shape, "acme"), 99, 21);
+            let found = shapes_of(conn, shape, "acme");
+            let streams = streams(shape, "acme", &legacy_names(shape), &found, 99, 21);
             assert!(!streams.is_empty(), "{shape:?}");
             for stream in &streams {
                 let plan = plan(conn, stream);
                 assert_indexed(&plan, &stream.sql);
                 // The driver is the index designed for this shape.
                 let driver = &plan[0];
-                let expected = match (
-                    &shape.provider,
-                    shape.provider_status,
-                    &shape.layer,
-                    shape.layer_status,
-                ) {
-                    (Some(_), _, _, _) | (None, Some(_), _, _) => "provider_records_by_provider",
-                    (None, None, Some(_), _) | (None, None, None, Some(_)) => {
-                        "layer_decisions_by_layer"
+                let expected = if stream.sql.contains("t.shape = ?") {
+                    "turns_by_shape"
+                } else {
+                    match (
+                        &shape.provider,
+                        shape.provider_status,
+                        &shape.layer,
+                        shape.layer_status,
+                    ) {
+                        (Some(_), _, _, _) | (None, Some(_), _, _) => {
+                            "provider_records_by_provider"
+                        }
+                        (None, None, Some(_), _) | (None, None, None, Some(_)) => {
+                            "layer_decisions_by_layer"
+                        }
+                        (None, None, None, None) => "turns_by_tenant",
                     }
-                    (None, None, None, None) => "turns_by_tenant",
                 };
                 assert!(driver.contains(expected), "{}: {driver}", stream.sql);
                 if expected != "turns_by_tenant" || shape.since_ms.is_none() {
@@ -962,7 +1071,7 @@ mod tests {
             ),
         ];
         for (shape, expected) in cases {
-            let stream = &streams(&shape, "acme", &names_of(conn, &shape, "acme"), 99, 21)[0];
+            let stream = &streams(&shape, "acme", &legacy_names(&shape), &[], 99, 21)[0];
             assert_eq!(plan(conn, stream), expected, "{}", stream.sql);
         }
         // A name walk is one seek of the name-led index per name.
@@ -1006,6 +1115,101 @@ mod tests {
                 assert!(
                     line.contains("COVERING INDEX turns_by_tenant"),
                     "{tenants_plan:#?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn shapes_are_found_by_their_keys_and_their_turns_by_the_shape_index() {
+        let fixture = standard();
+        let conn = fixture.store.connection();
+        let shape_query = |provider: Option<&str>,
+                           status: Option<P>,
+                           layer: Option<&str>,
+                           layer_status: Option<L>| SearchQuery {
+            provider: provider.map(str::to_owned),
+            provider_status: status,
+            layer: layer.map(str::to_owned),
+            layer_status,
+            ..query("acme")
+        };
+        let key_seek = |columns: &str| format!("SEARCH k USING PRIMARY KEY ({columns})");
+        let cases = [
+            (
+                shape_query(Some("crm"), Some(P::Timeout), None, None),
+                vec![key_seek("tenant=? AND kind=? AND name=? AND status=?")],
+            ),
+            (
+                shape_query(Some("crm"), None, None, None),
+                vec![key_seek("tenant=? AND kind=? AND name=?")],
+            ),
+            (
+                shape_query(None, Some(P::Timeout), None, None),
+                vec![key_seek("tenant=? AND kind=?")],
+            ),
+            (
+                shape_query(None, None, Some("profile"), Some(L::Unavailable)),
+                vec![key_seek("tenant=? AND kind=? AND name=? AND status=?")],
+            ),
+            (
+                shape_query(Some("crm"), Some(P::Timeout), Some("profile"), None),
+                vec![
+                    key_seek("tenant=? AND kind=? AND name=? AND status=?"),
+                    key_seek("tenant=? AND kind=? AND name=?"),
+                ],
+            ),
+        ];
+        for (shape, seeks) in cases {
+            let statement = shapes_matching(&shape, "acme").expect("a filtered query");
+            let plan = plan(conn, &statement);
+            let searched: Vec<&String> = plan
+                .iter()
+                .filter(|line| line.starts_with("SEARCH"))
+                .collect();
+            assert_eq!(searched, seeks.iter().collect::<Vec<_>>(), "{plan:#?}");
+            assert!(
+                !plan.iter().any(|line| line.starts_with("SCAN")),
+                "{plan:#?}"
+            );
+        }
+        assert_eq!(shapes_matching(&query("acme"), "acme"), None);
+        // The matching shapes are those holding the pairs: a1 and a3 hold crm OK.
+        let crm_ok = shapes_of(
+            conn,
+            &shape_query(Some("crm"), Some(P::Ok), None, None),
+            "acme",
+        );
+        assert_eq!(crm_ok.len(), 2, "{crm_ok:?}");
+        let both = shapes_of(
+            conn,
+            &shape_query(
+                Some("crm"),
+                Some(P::Ok),
+                Some("orders"),
+                Some(L::Unavailable),
+            ),
+            "acme",
+        );
+        assert_eq!(both.len(), 1, "a1 alone: {both:?}");
+        // One stream per shape, over the shape index, the window checked in it.
+        for since in [None, Some(1)] {
+            let shaped = SearchQuery {
+                since_ms: since,
+                ..shape_query(Some("crm"), Some(P::Ok), None, None)
+            };
+            let planned = streams(&shaped, "acme", &TenantNames::default(), &crm_ok, 99, 21);
+            let over_shapes: Vec<&Stream> = planned
+                .iter()
+                .filter(|stream| stream.sql.contains("t.shape = ?"))
+                .collect();
+            assert_eq!(over_shapes.len(), 2);
+            for stream in over_shapes {
+                assert_eq!(
+                    plan(conn, stream),
+                    [
+                        "SEARCH t USING COVERING INDEX turns_by_shape (tenant=? AND shape=? AND seq<?)"
+                    ]
                 );
             }
         }

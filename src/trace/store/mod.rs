@@ -7,8 +7,8 @@
 //! - One write connection ([`TraceStore`]), owned by the trace writer thread; readers
 //!   ([`TraceReader`]) open their own read-only connections, and the server shares a
 //!   bounded set of them through a [`ReaderPool`]. WAL lets both run at once.
-//! - A turn is committed whole or not at all: its turn row, layer decisions, provider
-//!   records, retained content and build go in the batch's one transaction.
+//! - A turn is committed whole or not at all: its turn row, its shape's keys (when new),
+//!   retained content and build go in the batch's one transaction.
 //! - The file never holds a lookup value, a secret or unretained content. Records hold
 //!   key names, keyed digests, locators and fingerprints by construction
 //!   ([`super::record`]); retained items are sealed with XChaCha20-Poly1305 under
@@ -43,17 +43,20 @@
 //!
 //! | table | rows | keys and indexes |
 //! |---|---|---|
-//! | `turns` | one per turn: filter columns + the turn record JSON | `seq` (autoincrement, the cursor), `turn_id` unique, `(tenant, seq, started_at_ms)` |
-//! | `layer_decisions` | one per layer decision | `(tenant, layer, status, turn_seq)` (v5 drops `(tenant, status, turn_seq)`) |
-//! | `provider_records` | one per provider record, with its JSON | `(turn_seq)`, `(tenant, provider, status, turn_seq)` (v5 drops `(tenant, status, turn_seq)`) |
+//! | `turns` | one per turn: filter columns, its `shape` and `provider_count` (v6; NULL and 0 for turns written before), the body of its records | `seq` (autoincrement, the cursor), `turn_id` unique, `(tenant, seq, started_at_ms)`, `(tenant, shape, seq, started_at_ms)` where `shape` is set (v6) |
+//! | `shape_keys` | one per (name, status) pair of a turn shape (v6): `kind` `provider` or `layer` | primary key `(tenant, kind, name, status, shape)`, `WITHOUT ROWID` |
+//! | `layer_decisions` | one per layer decision of a turn written before v6 | `(tenant, layer, status, turn_seq)` (v5 drops `(tenant, status, turn_seq)`) |
+//! | `provider_records` | one per provider record of a turn written before v6 (its JSON, or empty: the body's next line) | `(turn_seq)`, `(tenant, provider, status, turn_seq)` (v5 drops `(tenant, status, turn_seq)`) |
 //! | `retained_content` | one per tenant and fingerprint: nonce ‖ ciphertext | primary key `(tenant, fingerprint)`, `(expires_at_ms)` |
 //! | `builds` | one per build digest | primary key `digest` |
 //! | `handle_operations` | one per operation on a handle (v2): filter columns + the record JSON | primary key `(tenant, handle_id, sequence)`, `(tenant, at_ms)` (v3, for pruning) |
 //! | `schema_version` | one per applied migration | primary key `version` |
 //!
-//! Why these indexes: a search walks exactly one of them newest first (see
-//! [`super::query`]) and checks its other filters with point lookups, so a page costs
-//! about `limit` index entries per walked stream whatever the store's size. A status
+//! Why these indexes: a search walks them newest first, one stream per matching shape
+//! (and, for turns written before shapes, one of the row indexes, checking its other
+//! filters with point lookups; see [`super::query`]), so a page costs about `limit`
+//! index entries per walked stream whatever the store's size. A turn with a shape
+//! writes one row and four index entries, whatever its providers and layers. A status
 //! filter without its name walks the name-led index under each of the tenant's names,
 //! so no index is led by `(tenant, status)`: each cost every turn written one entry per
 //! provider record or layer decision. There is
@@ -90,7 +93,7 @@ pub use prune::Pruned;
 pub(crate) use prune::disk_available;
 pub use read::{StoreCounts, TraceReader};
 pub use rows::{
-    HandleOperationRow, LayerRow, ProviderRow, Queued, RetainedRow, RowEncoder, TraceRows, TurnRow,
+    HandleOperationRow, Queued, RetainedRow, RowEncoder, ShapeKey, TraceRows, TurnRow, TurnShape,
 };
 pub use write::{TraceStore, Written};
 

@@ -16,8 +16,8 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::Path;
 
 /// The tenant's oldest turns, in the order they were written.
-const OLDEST_TURNS: &str =
-    "SELECT seq, started_at_ms FROM turns WHERE tenant = ?1 ORDER BY seq LIMIT ?2";
+const OLDEST_TURNS: &str = "SELECT seq, started_at_ms, provider_count FROM turns
+    WHERE tenant = ?1 ORDER BY seq LIMIT ?2";
 const DELETE_TURN: &str = "DELETE FROM turns WHERE seq = ?1";
 const DELETE_PROVIDER_RECORDS: &str = "DELETE FROM provider_records WHERE turn_seq = ?1";
 /// Through the `(tenant, layer, status, turn_seq)` index: one point lookup per status,
@@ -56,7 +56,10 @@ const WAL_FRAME_HEADER_BYTES: u64 = 24;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pruned {
     pub turns: u64,
+    /// The provider records of the turns deleted: rows of turns written before shapes,
+    /// the records in the bodies of those since.
     pub provider_records: u64,
+    /// Rows of `layer_decisions` deleted (turns written before shapes have them).
     pub layer_decisions: u64,
     pub handle_operations: u64,
 }
@@ -107,7 +110,10 @@ pub(crate) fn prune_batch(
             .prepare_cached(DELETE_TURN)
             .map_err(sqlite(path, "prepare pruning"))?;
         let statuses = LayerStatus::ALL.map(LayerStatus::as_str);
-        for seq in &seqs {
+        for (seq, in_body) in &seqs {
+            // A turn with a shape has its provider records in its body; one written
+            // before has a row for each.
+            pruned.provider_records += in_body;
             pruned.provider_records += providers
                 .execute([seq])
                 .map_err(sqlite(path, "delete provider records"))?
@@ -129,7 +135,7 @@ pub(crate) fn prune_batch(
                     as u64;
             }
             pruned.turns += turns
-                .execute([seq])
+                .execute([*seq])
                 .map_err(sqlite(path, "delete turn records"))? as u64;
         }
         pruned.handle_operations = tx
@@ -155,7 +161,9 @@ pub(crate) fn count_past(
         .prepare_cached("SELECT COUNT(*) FROM provider_records WHERE turn_seq = ?1")
         .map_err(sqlite(path, "prepare counting"))?;
     let mut walk = conn
-        .prepare_cached("SELECT seq, started_at_ms FROM turns WHERE tenant = ?1 ORDER BY seq")
+        .prepare_cached(
+            "SELECT seq, started_at_ms, provider_count FROM turns WHERE tenant = ?1 ORDER BY seq",
+        )
         .map_err(sqlite(path, "prepare counting"))?;
     let mut rows = walk
         .query([tenant])
@@ -169,6 +177,8 @@ pub(crate) fn count_past(
             break;
         }
         counted.turns += 1;
+        let in_body: i64 = row.get(2).map_err(sqlite(path, "read a turn"))?;
+        counted.provider_records += in_body.max(0) as u64;
         counted.provider_records += provider_count
             .query_row([seq], |row| row.get::<_, i64>(0))
             .map_err(sqlite(path, "count provider records"))?
@@ -202,7 +212,7 @@ fn expired_turns(
     tenant: &str,
     cutoff_ms: i64,
     batch: usize,
-) -> Result<Vec<i64>, StoreError> {
+) -> Result<Vec<(i64, u64)>, StoreError> {
     let mut statement = conn
         .prepare_cached(OLDEST_TURNS)
         .map_err(sqlite(path, "prepare pruning"))?;
@@ -218,7 +228,11 @@ fn expired_turns(
         if started >= cutoff_ms {
             break;
         }
-        seqs.push(row.get(0).map_err(sqlite(path, "read a turn"))?);
+        let in_body: i64 = row.get(2).map_err(sqlite(path, "read a turn"))?;
+        seqs.push((
+            row.get(0).map_err(sqlite(path, "read a turn"))?,
+            in_body.max(0) as u64,
+        ));
     }
     Ok(seqs)
 }
@@ -354,6 +368,51 @@ mod tests {
         (dir, store)
     }
 
+    #[test]
+    fn turns_written_before_shapes_are_deleted_with_their_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = TraceStore::open(&dir.path().join("traces.db"), &key()).unwrap();
+        let trace = |day: i64| {
+            simple(
+                &key(),
+                &format!("acme-{day}"),
+                "acme",
+                day * DAY_MS,
+                &[("crm", P::Ok), ("billing", P::NotFound)],
+                &[("customer", L::Included), ("orders", L::Empty)],
+            )
+        };
+        // Days 0 and 1 as a store before shapes held them, day 2 with a shape.
+        crate::trace::store::testing::write_unshaped(
+            store.connection(),
+            store.encoder(),
+            &[trace(0), trace(1)],
+        );
+        store.write_batch(&[trace(2)]).unwrap();
+        let before = counts(&store);
+        assert_eq!((before.turns, before.provider_records), (3, 6));
+        let pruned = store.prune_batch("acme", 3 * DAY_MS, 10).unwrap();
+        assert_eq!(
+            pruned,
+            Pruned {
+                turns: 3,
+                provider_records: 6,
+                layer_decisions: 4,
+                handle_operations: 0
+            }
+        );
+        let rows: i64 = store
+            .connection()
+            .query_row(
+                "SELECT (SELECT COUNT(*) FROM provider_records) + (SELECT COUNT(*) FROM layer_decisions) + (SELECT COUNT(*) FROM turns)",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(rows, 0);
+        assert_eq!(counts(&store), StoreCounts::default());
+    }
+
     fn store_path(store: &TraceStore) -> std::path::PathBuf {
         store.connection().path().unwrap().into()
     }
@@ -383,7 +442,7 @@ mod tests {
             Pruned {
                 turns: 3,
                 provider_records: 6,
-                layer_decisions: 6,
+                layer_decisions: 0,
                 handle_operations: 0
             }
         );
@@ -404,7 +463,7 @@ mod tests {
                 |row| row.get(0),
             )
             .unwrap();
-        assert_eq!(layer_rows, 2 * 6, "the six kept turns' decisions");
+        assert_eq!(layer_rows, 0, "turns with a shape have no decision rows");
         // The other tenant's records are untouched, and acme's from day 4 on are kept.
         let reader = TraceReader::open(&store_path(&store), None).unwrap();
         assert!(reader.turn(None, "acme-3").unwrap().is_none());

@@ -29,8 +29,14 @@ use std::sync::Arc;
 const SELECT_DICTIONARY: &str = "SELECT bytes FROM record_dictionaries WHERE id = ?1";
 /// Record dictionaries a reader keeps prepared.
 const DICTIONARY_CACHE: usize = 256;
-const SELECT_TURN_BY_ID: &str = "SELECT seq, tenant, record FROM turns WHERE turn_id = ?1";
-const SELECT_TURN_BY_SEQ: &str = "SELECT record FROM turns WHERE seq = ?1";
+/// With each turn, whether it has a shape: then all its provider records are in its body.
+const SELECT_TURN_BY_ID: &str =
+    "SELECT seq, tenant, record, shape IS NOT NULL FROM turns WHERE turn_id = ?1";
+const SELECT_TURN_BY_SEQ: &str = "SELECT record, shape IS NOT NULL FROM turns WHERE seq = ?1";
+/// Provider records: the rows of turns written before shapes, and the count of those since.
+const COUNT_PROVIDER_ROWS: &str = "SELECT COUNT(*) FROM provider_records";
+const COUNT_SHAPED_PROVIDERS: &str =
+    "SELECT CAST(COALESCE(SUM(provider_count), 0) AS BIGINT) FROM turns";
 const SELECT_PROVIDERS: &str =
     "SELECT record FROM provider_records WHERE turn_seq = ?1 ORDER BY rowid";
 const SELECT_RETAINED: &str =
@@ -169,18 +175,24 @@ impl TraceReader {
         let next_cursor = last.and_then(|seq| Some(self.cursors.as_ref()?.seal(query, seq)));
         let mut traces = Vec::with_capacity(seqs.len());
         for seq in seqs {
-            let record: Option<Body> = match &self.conn {
+            let record: Option<(Body, bool)> = match &self.conn {
                 ReadConnection::Sqlite(conn) => conn
                     .prepare_cached(SELECT_TURN_BY_SEQ)
                     .and_then(|mut statement| {
-                        statement.query_row([seq], |row| row.get(0)).optional()
+                        statement
+                            .query_row([seq], |row| Ok((row.get(0)?, row.get(1)?)))
+                            .optional()
                     })
                     .map_err(sqlite(&self.path, "read a turn"))?,
-                ReadConnection::Postgres(conn) => conn.turn_body_by_seq(seq)?.map(Body::Compressed),
+                ReadConnection::Postgres(conn) => conn
+                    .turn_body_by_seq(seq)?
+                    .map(|(body, shaped)| (Body::Compressed(body), shaped)),
             };
             // Only a concurrent deletion could remove it; there is none today.
-            let Some(record) = record else { continue };
-            traces.push(self.stored_turn(seq, &record)?);
+            let Some((record, shaped)) = record else {
+                continue;
+            };
+            traces.push(self.stored_turn(seq, &record, shaped)?);
         }
         Ok(SearchPage {
             traces,
@@ -196,34 +208,46 @@ impl TraceReader {
         tenant: Option<&str>,
         turn_id: &str,
     ) -> Result<Option<StoredTurn>, StoreError> {
-        let row: Option<(i64, String, Body)> = match &self.conn {
+        let row: Option<(i64, String, Body, bool)> = match &self.conn {
             ReadConnection::Sqlite(conn) => conn
                 .prepare_cached(SELECT_TURN_BY_ID)
                 .and_then(|mut statement| {
                     statement
-                        .query_row([turn_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+                        .query_row([turn_id], |row| {
+                            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+                        })
                         .optional()
                 })
                 .map_err(sqlite(&self.path, "read a turn"))?,
             ReadConnection::Postgres(conn) => conn
                 .turn_by_id(turn_id)?
-                .map(|(seq, tenant, body)| (seq, tenant, Body::Compressed(body))),
+                .map(|(seq, tenant, body, shaped)| (seq, tenant, Body::Compressed(body), shaped)),
         };
         match row {
-            Some((seq, owner, record)) if tenant.is_none_or(|tenant| tenant == owner) => {
-                self.stored_turn(seq, &record).map(Some)
+            Some((seq, owner, record, shaped)) if tenant.is_none_or(|tenant| tenant == owner) => {
+                self.stored_turn(seq, &record, shaped).map(Some)
             }
             _ => Ok(None),
         }
     }
 
-    fn stored_turn(&self, seq: i64, record: &Body) -> Result<StoredTurn, StoreError> {
+    /// The turn at `seq` from its body. A turn with a shape (`shaped`) has all its
+    /// provider records in its body, a line each after the turn's; one written before
+    /// has a `provider_records` row per record, which holds the record or, empty, stands
+    /// for the body's next line.
+    fn stored_turn(&self, seq: i64, record: &Body, shaped: bool) -> Result<StoredTurn, StoreError> {
         let what = || format!("turn record at seq {seq}");
         let text = self.json_of(record, what)?;
-        // A compressed body holds the provider records too, a line each after the turn's.
         let mut lines = text.split('\n');
         let turn: TurnRecord = self.parse(lines.next().unwrap_or_default(), what)?;
         let mut embedded = lines;
+        if shaped {
+            let what = || format!("a provider record of seq {seq}");
+            let providers = embedded
+                .map(|json| self.parse(json, what))
+                .collect::<Result<_, _>>()?;
+            return Ok(StoredTurn { turn, providers });
+        }
         let records: Vec<Body> = match &self.conn {
             ReadConnection::Sqlite(conn) => conn
                 .prepare_cached(SELECT_PROVIDERS)
@@ -426,23 +450,22 @@ impl TraceReader {
         }
     }
 
-    /// Rows in `turns`, `provider_records` and `retained_content`.
+    /// Turns, provider records (rows of turns written before shapes, counts of those
+    /// since) and retained items in the store.
     pub fn counts(&self) -> Result<StoreCounts, StoreError> {
-        let count = |table: &'static str| -> Result<u64, StoreError> {
+        let count = |sql: &'static str| -> Result<u64, StoreError> {
             match &self.conn {
                 ReadConnection::Sqlite(conn) => conn
-                    .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |row| {
-                        row.get::<_, i64>(0)
-                    })
-                    .map(|n| n as u64)
+                    .query_row(sql, [], |row| row.get::<_, i64>(0))
+                    .map(|n| n.max(0) as u64)
                     .map_err(sqlite(&self.path, "count rows")),
-                ReadConnection::Postgres(conn) => conn.count_rows(table),
+                ReadConnection::Postgres(conn) => conn.count(sql),
             }
         };
         Ok(StoreCounts {
-            turns: count("turns")?,
-            provider_records: count("provider_records")?,
-            retained_items: count("retained_content")?,
+            turns: count("SELECT COUNT(*) FROM turns")?,
+            provider_records: count(COUNT_PROVIDER_ROWS)? + count(COUNT_SHAPED_PROVIDERS)?,
+            retained_items: count("SELECT COUNT(*) FROM retained_content")?,
         })
     }
 
@@ -520,7 +543,11 @@ fn matching_seqs(
         for column in query::names_needed(query) {
             names.set(column, first_column(conn, path, &column.walk(tenant))?);
         }
-        for stream in query::streams(query, tenant, &names, before, take) {
+        let shapes: Vec<i64> = match query::shapes_matching(query, tenant) {
+            Some(statement) => first_column(conn, path, &statement)?,
+            None => Vec::new(),
+        };
+        for stream in query::streams(query, tenant, &names, &shapes, before, take) {
             seqs.extend(first_column::<i64>(conn, path, &stream)?);
         }
     }

@@ -5,8 +5,10 @@
 use super::codec::{self, Dictionaries, Dictionary};
 use super::seal::RetentionCipher;
 use crate::trace::digest::DigestKey;
+use crate::trace::query::{LAYER_KEY, PROVIDER_KEY};
 use crate::trace::record::HandleOpRecord;
 use crate::trace::record::TurnTrace;
+use sha2::{Digest, Sha256};
 use std::fmt;
 use std::sync::Arc;
 
@@ -63,8 +65,11 @@ impl HandleOperationRow {
 #[derive(Debug, Clone)]
 pub struct TraceRows {
     pub turn: TurnRow,
-    pub layers: Vec<LayerRow>,
-    pub providers: Vec<ProviderRow>,
+    /// What searches find the turn by: its provider records' and layer decisions'
+    /// (name, status) pairs, as one shape.
+    pub shape: TurnShape,
+    /// How many provider records the turn's body holds.
+    pub provider_records: u32,
     pub retained: Vec<RetainedRow>,
     /// `(digest, build JSON)`.
     pub build: Option<(String, String)>,
@@ -92,21 +97,50 @@ pub struct TurnRow {
     pub record: Vec<u8>,
 }
 
-#[derive(Debug, Clone)]
-pub struct LayerRow {
-    pub layer: String,
+/// One (name, status) pair of a turn: a provider record's ([`PROVIDER_KEY`]) or a layer
+/// decision's ([`LAYER_KEY`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ShapeKey {
+    pub kind: &'static str,
+    pub name: String,
     pub status: &'static str,
-    pub reason: &'static str,
 }
 
-#[derive(Debug, Clone)]
-pub struct ProviderRow {
-    pub provider: String,
-    pub status: &'static str,
-    pub observed_at_ms: i64,
-    /// Empty: the record is in its turn's body, at this row's place (rows written before
-    /// that hold their JSON text here).
-    pub record: Vec<u8>,
+/// The set of a turn's (name, status) pairs, sorted and without repeats, and its id: a
+/// digest of the tenant and the set, the same in every process and store, so turns of
+/// one shape share one set of `shape_keys` rows and no writer needs to look an id up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnShape {
+    pub id: i64,
+    pub keys: Vec<ShapeKey>,
+}
+
+impl TurnShape {
+    /// The shape of `keys` (any order, repeats allowed) in `tenant`.
+    pub(crate) fn new(tenant: &str, mut keys: Vec<ShapeKey>) -> TurnShape {
+        keys.sort_unstable();
+        keys.dedup();
+        // Every field length-prefixed: no two different sets hash the same text.
+        let mut hasher = Sha256::new();
+        hasher.update(b"ctxd.turn-shape.v1");
+        let mut field = |bytes: &[u8]| {
+            hasher.update((bytes.len() as u64).to_be_bytes());
+            hasher.update(bytes);
+        };
+        field(tenant.as_bytes());
+        for key in &keys {
+            field(key.kind.as_bytes());
+            field(key.name.as_bytes());
+            field(key.status.as_bytes());
+        }
+        let digest = hasher.finalize();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        TurnShape {
+            id: i64::from_be_bytes(first) & i64::MAX,
+            keys,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -133,6 +167,8 @@ impl Queued {
         // entries of its table's two or three indexes (which repeat the tenant and a
         // name or status).
         const ROW: usize = 160;
+        // A `shape_keys` entry's bytes beyond its columns: a `WITHOUT ROWID` cell.
+        const KEY: usize = 32;
         let bytes = match self {
             Queued::Turn(rows) => {
                 let turn = &rows.turn;
@@ -142,25 +178,16 @@ impl Queued {
                     + turn.build_digest.len()
                     + turn.rendered_digest.as_ref().map_or(0, String::len)
                     + turn.record.len()
+                    // The `turns (tenant, shape, seq, started_at_ms)` entry, and the
+                    // shape's keys (written once per shape: counted whenever, to be
+                    // sure of the first).
+                    + ROW
+                    + turn.tenant.len()
                     + rows
-                        .layers
+                        .shape
+                        .keys
                         .iter()
-                        .map(|l| {
-                            ROW + turn.tenant.len()
-                                + l.layer.len()
-                                + l.status.len()
-                                + l.reason.len()
-                        })
-                        .sum::<usize>()
-                    + rows
-                        .providers
-                        .iter()
-                        .map(|p| {
-                            ROW + turn.tenant.len()
-                                + p.provider.len()
-                                + p.status.len()
-                                + p.record.len()
-                        })
+                        .map(|k| KEY + turn.tenant.len() + k.kind.len() + k.name.len() + k.status.len())
                         .sum::<usize>()
                     + rows
                         .retained
@@ -228,25 +255,24 @@ impl RowEncoder {
                 duration_ms: i64::try_from(turn.duration_ms).unwrap_or(i64::MAX),
                 record,
             },
-            layers: turn
-                .layers
-                .iter()
-                .map(|layer| LayerRow {
-                    layer: layer.id.clone(),
-                    status: layer.status.as_str(),
-                    reason: layer.reason.as_str(),
-                })
-                .collect(),
-            providers: trace
-                .providers
-                .iter()
-                .map(|provider| ProviderRow {
-                    provider: provider.provider.clone(),
-                    status: provider.status.as_str(),
-                    observed_at_ms: provider.observed_at_ms,
-                    record: Vec::new(),
-                })
-                .collect(),
+            shape: TurnShape::new(
+                &turn.tenant,
+                trace
+                    .providers
+                    .iter()
+                    .map(|provider| ShapeKey {
+                        kind: PROVIDER_KEY,
+                        name: provider.provider.clone(),
+                        status: provider.status.as_str(),
+                    })
+                    .chain(turn.layers.iter().map(|layer| ShapeKey {
+                        kind: LAYER_KEY,
+                        name: layer.id.clone(),
+                        status: layer.status.as_str(),
+                    }))
+                    .collect(),
+            ),
+            provider_records: u32::try_from(trace.providers.len()).unwrap_or(u32::MAX),
             retained: trace
                 .retained
                 .iter()

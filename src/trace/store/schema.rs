@@ -87,6 +87,24 @@ const MIGRATIONS: &[&str] = &[
     // written no longer adds an entry per provider record and per layer decision.
     "DROP INDEX layer_decisions_by_status;
     DROP INDEX provider_records_by_status;",
+    // 6: turn shapes (see `trace::query`). A turn carries the id of the set of its
+    // provider records' and layer decisions' (name, status) pairs, whose pairs are
+    // stored once per shape; searches find a shape's turns through `turns_by_shape`.
+    // A turn then writes one row instead of a row per provider record and layer
+    // decision. Turns written before keep their rows (and `shape` NULL, out of the
+    // partial index); their provider records stay countable by their rows, a new
+    // turn's by `provider_count`.
+    "CREATE TABLE shape_keys (
+        tenant TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        status TEXT NOT NULL,
+        shape INTEGER NOT NULL,
+        PRIMARY KEY (tenant, kind, name, status, shape)
+    ) WITHOUT ROWID;
+    ALTER TABLE turns ADD COLUMN shape INTEGER;
+    ALTER TABLE turns ADD COLUMN provider_count INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX turns_by_shape ON turns (tenant, shape, seq, started_at_ms) WHERE shape IS NOT NULL;",
 ];
 
 /// Turns off foreign key enforcement on a write connection (the bundled SQLite enforces

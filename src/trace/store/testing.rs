@@ -238,3 +238,105 @@ pub(crate) fn simple(
         .collect();
     turn(key, turn_id, tenant, started_at_ms, &specs, layers)
 }
+
+/// Writes `traces` as a store of schema version 5 held them (what ctxd wrote before turn
+/// shapes): each turn's row without a shape, a `layer_decisions` row per layer
+/// decision, a `provider_records` row per provider record (empty: its record is the
+/// body's next line), its retained content and the dictionary of its body.
+pub(crate) fn write_unshaped(
+    conn: &rusqlite::Connection,
+    encoder: &super::RowEncoder,
+    traces: &[TurnTrace],
+) {
+    for trace in traces {
+        let rows = encoder.encode(trace);
+        let turn = &rows.turn;
+        let (id, bytes) = rows.dictionary();
+        conn.execute(
+            "INSERT INTO record_dictionaries (id, bytes) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+            rusqlite::params![id, bytes],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO turns (turn_id, tenant, project, build_digest, blocked, rendered_digest, started_at_ms, duration_ms, record)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            rusqlite::params![
+                turn.turn_id,
+                turn.tenant,
+                turn.project,
+                turn.build_digest,
+                turn.blocked,
+                turn.rendered_digest,
+                turn.started_at_ms,
+                turn.duration_ms,
+                turn.record
+            ],
+        )
+        .unwrap();
+        let seq = conn.last_insert_rowid();
+        for layer in &trace.turn.layers {
+            conn.execute(
+                "INSERT INTO layer_decisions (turn_seq, tenant, layer, status, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
+                rusqlite::params![seq, turn.tenant, layer.id, layer.status.as_str(), layer.reason.as_str()],
+            )
+            .unwrap();
+        }
+        for provider in &trace.providers {
+            conn.execute(
+                "INSERT INTO provider_records (turn_seq, tenant, provider, status, observed_at_ms, record)
+                 VALUES (?1, ?2, ?3, ?4, ?5, x'')",
+                rusqlite::params![
+                    seq,
+                    turn.tenant,
+                    provider.provider,
+                    provider.status.as_str(),
+                    provider.observed_at_ms
+                ],
+            )
+            .unwrap();
+        }
+        for retained in &rows.retained {
+            conn.execute(
+                "INSERT INTO retained_content (tenant, fingerprint, ciphertext, expires_at_ms) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT DO NOTHING",
+                rusqlite::params![turn.tenant, retained.fingerprint, retained.ciphertext, retained.expires_at_ms],
+            )
+            .unwrap();
+        }
+    }
+}
+
+/// Takes a store's schema back to `version` (at least 1): what the migrations after it
+/// added is removed, and what they dropped comes back. The rows of turns written with a
+/// shape are not unwritten: write the rows of such a store with [`write_unshaped`].
+pub(crate) fn as_version(conn: &rusqlite::Connection, version: i64) {
+    if version < 6 {
+        conn.execute_batch(
+            "DROP INDEX turns_by_shape;
+             ALTER TABLE turns DROP COLUMN shape;
+             ALTER TABLE turns DROP COLUMN provider_count;
+             DROP TABLE shape_keys;",
+        )
+        .unwrap();
+    }
+    if version < 5 {
+        conn.execute_batch(
+            "CREATE INDEX layer_decisions_by_status ON layer_decisions (tenant, status, turn_seq);
+             CREATE INDEX provider_records_by_status ON provider_records (tenant, status, turn_seq);",
+        )
+        .unwrap();
+    }
+    if version < 4 {
+        conn.execute_batch("DROP TABLE record_dictionaries")
+            .unwrap();
+    }
+    if version < 3 {
+        conn.execute_batch("DROP INDEX handle_operations_by_age")
+            .unwrap();
+    }
+    if version < 2 {
+        conn.execute_batch("DROP TABLE handle_operations").unwrap();
+    }
+    conn.execute("DELETE FROM schema_version WHERE version > ?1", [version])
+        .unwrap();
+}

@@ -168,7 +168,7 @@ fn turns_round_trip_with_all_provider_records_in_order() {
 }
 
 #[test]
-fn a_turn_with_many_layers_and_providers_writes_every_row_in_order() {
+fn a_turn_with_many_layers_and_providers_reads_back_in_order_and_keeps_every_pair_in_its_shape() {
     let dir = tempfile::tempdir().unwrap();
     let (mut store, path) = store_in(dir.path());
     let providers: Vec<String> = (0..19).map(|i| format!("provider-{i:02}")).collect();
@@ -214,35 +214,40 @@ fn a_turn_with_many_layers_and_providers_writes_every_row_in_order() {
     assert_eq!(stored.turn, wide.turn);
     assert_eq!(stored.providers, wide.providers);
     let conn = Connection::open(&path).unwrap();
-    assert_eq!(
-        first_column::<String>(
+    // The turn's pairs, once, under its shape (sorted: kind, name, status).
+    let pairs = |seq: i64| -> Vec<String> {
+        first_column(
             &conn,
-            "SELECT layer FROM layer_decisions WHERE turn_seq = 1 ORDER BY rowid"
-        ),
-        layers
+            &format!(
+                "SELECT k.kind || ' ' || k.name || ' ' || k.status FROM shape_keys k
+                 WHERE k.shape = (SELECT shape FROM turns WHERE seq = {seq})
+                 ORDER BY k.kind, k.name, k.status"
+            ),
+        )
+    };
+    let mut expected: Vec<String> = layer_specs
+        .iter()
+        .map(|(l, status)| format!("layer {l} {}", status.as_str()))
+        .chain(
+            provider_specs
+                .iter()
+                .map(|(p, status)| format!("provider {p} {}", status.as_str())),
+        )
+        .collect();
+    expected.sort();
+    assert_eq!(pairs(1), expected);
+    assert_eq!(pairs(2), ["layer profile INCLUDED", "provider orders OK"]);
+    assert_eq!(
+        first_column::<i64>(&conn, "SELECT provider_count FROM turns ORDER BY seq"),
+        [19, 1]
     );
     assert_eq!(
-        first_column::<String>(
+        first_column::<i64>(
             &conn,
-            "SELECT provider FROM provider_records WHERE turn_seq = 1 ORDER BY rowid"
+            "SELECT (SELECT COUNT(*) FROM provider_records) + (SELECT COUNT(*) FROM layer_decisions)"
         ),
-        providers
-    );
-    assert_eq!(
-        first_column::<String>(
-            &conn,
-            "SELECT status FROM provider_records WHERE turn_seq = 1 ORDER BY rowid"
-        ),
-        (0..19)
-            .map(|i| statuses[i % 3].as_str().to_owned())
-            .collect::<Vec<_>>()
-    );
-    assert_eq!(
-        first_column::<String>(
-            &conn,
-            "SELECT layer FROM layer_decisions WHERE turn_seq = 2"
-        ),
-        ["profile"]
+        [0],
+        "a turn with a shape writes no row per record or decision"
     );
 }
 
@@ -273,7 +278,7 @@ fn a_failed_batch_writes_nothing() {
     store
         .connection()
         .execute_batch(
-            "CREATE TRIGGER refuse BEFORE INSERT ON provider_records WHEN NEW.provider = 'broken'
+            "CREATE TRIGGER refuse BEFORE INSERT ON turns WHEN NEW.turn_id = 'turn-2'
              BEGIN SELECT RAISE(ABORT, 'refused'); END;",
         )
         .unwrap();
@@ -281,9 +286,7 @@ fn a_failed_batch_writes_nothing() {
     let bad = simple("turn-2", "acme", &[("broken", ProviderStatus::Ok)]);
     let error = store.write_batch(&[good, bad]).unwrap_err();
     assert!(
-        error
-            .to_string()
-            .contains("cannot insert a provider record"),
+        error.to_string().contains("cannot insert a turn"),
         "{error}"
     );
     let counts = TraceReader::open(&path, None).unwrap().counts().unwrap();
@@ -759,27 +762,17 @@ fn handle_operations_are_listed_per_tenant_in_sequence_order() {
     );
 }
 
-/// The indexes schema versions 1 to 4 kept and version 5 drops.
-const STATUS_INDEXES: &str =
-    "CREATE INDEX layer_decisions_by_status ON layer_decisions (tenant, status, turn_seq);
-     CREATE INDEX provider_records_by_status ON provider_records (tenant, status, turn_seq);";
-
 #[test]
 fn a_version_1_store_is_migrated_to_handle_operations() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut store, path) = store_in(dir.path());
-    store
-        .write_batch(&[simple("turn-1", "acme", &[("orders", ProviderStatus::Ok)])])
-        .unwrap();
-    // Back to what a version-1 ctxd wrote.
-    store.connection().execute_batch(STATUS_INDEXES).unwrap();
-    store
-        .connection()
-        .execute_batch(
-            "DROP TABLE handle_operations; DROP TABLE record_dictionaries;
-             DELETE FROM schema_version WHERE version >= 2",
-        )
-        .unwrap();
+    let (store, path) = store_in(dir.path());
+    // What a version-1 ctxd wrote.
+    testing::write_unshaped(
+        store.connection(),
+        store.encoder(),
+        &[simple("turn-1", "acme", &[("orders", ProviderStatus::Ok)])],
+    );
+    testing::as_version(store.connection(), 1);
     drop(store);
     assert!(matches!(
         TraceReader::open(&path, None).unwrap_err(),
@@ -805,10 +798,12 @@ fn a_version_1_store_is_migrated_to_handle_operations() {
 #[test]
 fn a_version_4_store_drops_its_status_indexes_and_still_finds_turns_by_status() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut store, path) = store_in(dir.path());
+    let (store, path) = store_in(dir.path());
     let k = key();
-    store
-        .write_batch(&[
+    testing::write_unshaped(
+        store.connection(),
+        store.encoder(),
+        &[
             testing::simple(
                 &k,
                 "turn-1",
@@ -828,13 +823,10 @@ fn a_version_4_store_drops_its_status_indexes_and_still_finds_turns_by_status() 
                 &[("orders", ProviderStatus::Ok)],
                 &[("profile", LayerStatus::Included)],
             ),
-        ])
-        .unwrap();
-    // Back to what a version-4 ctxd wrote: the same rows, two more indexes.
-    let conn = store.connection();
-    conn.execute_batch(STATUS_INDEXES).unwrap();
-    conn.execute_batch("DELETE FROM schema_version WHERE version >= 5")
-        .unwrap();
+        ],
+    );
+    // What a version-4 ctxd wrote: the same rows, two more indexes.
+    testing::as_version(store.connection(), 4);
     drop(store);
     assert!(matches!(
         TraceReader::open(&path, None).unwrap_err(),
@@ -876,6 +868,145 @@ fn a_version_4_store_drops_its_status_indexes_and_still_finds_turns_by_status() 
     );
     assert_eq!(ids(by_layer_status(LayerStatus::Included)), ["turn-2"]);
     assert!(ids(by_provider_status(ProviderStatus::NotFound)).is_empty());
+}
+
+#[test]
+fn a_version_5_store_gains_shapes_and_finds_old_and_new_turns_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = store_in(dir.path());
+    let k = key();
+    let turn = |id: &str, at: i64, crm: ProviderStatus, profile: LayerStatus| {
+        testing::simple(
+            &k,
+            id,
+            "acme",
+            at,
+            &[("crm", crm), ("orders", ProviderStatus::Ok)],
+            &[("profile", profile)],
+        )
+    };
+    let old = [
+        turn("old-1", 100, ProviderStatus::Ok, LayerStatus::Included),
+        turn(
+            "old-2",
+            200,
+            ProviderStatus::Timeout,
+            LayerStatus::Unavailable,
+        ),
+    ];
+    testing::write_unshaped(store.connection(), store.encoder(), &old);
+    testing::as_version(store.connection(), 5);
+    drop(store);
+    assert!(matches!(
+        TraceReader::open(&path, None).unwrap_err(),
+        StoreError::TooOld { found: 5, .. }
+    ));
+    let mut store = TraceStore::open(&path, &k).unwrap();
+    let new = [
+        turn(
+            "new-3",
+            300,
+            ProviderStatus::Timeout,
+            LayerStatus::Unavailable,
+        ),
+        turn("new-4", 400, ProviderStatus::Ok, LayerStatus::Included),
+        turn("new-5", 500, ProviderStatus::Timeout, LayerStatus::Included),
+    ];
+    store.write_batch(&new).unwrap();
+    let reader = TraceReader::open(&path, Some(&k)).unwrap();
+    let ids = |query: SearchQuery| -> Vec<String> {
+        let query = SearchQuery {
+            tenant: Some("acme".to_owned()),
+            limit: 10,
+            ..query
+        };
+        reader
+            .search(&query)
+            .unwrap()
+            .traces
+            .into_iter()
+            .map(|t| t.turn.turn_id)
+            .collect()
+    };
+    let crm = |status: Option<ProviderStatus>| SearchQuery {
+        provider: Some("crm".to_owned()),
+        provider_status: status,
+        ..SearchQuery::default()
+    };
+    assert_eq!(
+        ids(crm(None)),
+        ["new-5", "new-4", "new-3", "old-2", "old-1"]
+    );
+    assert_eq!(
+        ids(crm(Some(ProviderStatus::Timeout))),
+        ["new-5", "new-3", "old-2"]
+    );
+    assert_eq!(
+        ids(SearchQuery {
+            provider_status: Some(ProviderStatus::Timeout),
+            ..SearchQuery::default()
+        }),
+        ["new-5", "new-3", "old-2"],
+        "a status alone, over both kinds of turn"
+    );
+    assert_eq!(
+        ids(SearchQuery {
+            layer_status: Some(LayerStatus::Included),
+            ..SearchQuery::default()
+        }),
+        ["new-5", "new-4", "old-1"]
+    );
+    assert_eq!(
+        ids(SearchQuery {
+            provider: Some("crm".to_owned()),
+            provider_status: Some(ProviderStatus::Timeout),
+            layer: Some("profile".to_owned()),
+            layer_status: Some(LayerStatus::Unavailable),
+            since_ms: Some(150),
+            ..SearchQuery::default()
+        }),
+        ["new-3", "old-2"],
+        "both filters on the same turn, within the window"
+    );
+    assert!(
+        ids(SearchQuery {
+            provider: Some("crm".to_owned()),
+            provider_status: Some(ProviderStatus::NotFound),
+            ..SearchQuery::default()
+        })
+        .is_empty()
+    );
+    // Pages run across both kinds of turn, newest first, each turn once.
+    let mut page = SearchQuery {
+        tenant: Some("acme".to_owned()),
+        provider: Some("orders".to_owned()),
+        limit: 2,
+        ..SearchQuery::default()
+    };
+    let mut seen = Vec::new();
+    loop {
+        let result = reader.search(&page).unwrap();
+        seen.extend(result.traces.into_iter().map(|t| t.turn.turn_id));
+        match result.next_cursor {
+            Some(cursor) => page.cursor = Some(cursor),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["new-5", "new-4", "new-3", "old-2", "old-1"]);
+    // Every turn reads back whole, whichever way its provider records are stored.
+    for trace in old.iter().chain(&new) {
+        let stored = reader.turn(None, &trace.turn.turn_id).unwrap().unwrap();
+        assert_eq!(stored.turn, trace.turn);
+        assert_eq!(stored.providers, trace.providers);
+    }
+    assert_eq!(
+        reader.counts().unwrap(),
+        StoreCounts {
+            turns: 5,
+            provider_records: 10,
+            retained_items: reader.counts().unwrap().retained_items,
+        }
+    );
 }
 
 #[test]

@@ -29,12 +29,11 @@ pub(super) fn remember<T: std::hash::Hash + Eq>(
     known.extend(new);
 }
 
-const INSERT_TURN: &str = "INSERT INTO turns (turn_id, tenant, project, build_digest, blocked, rendered_digest, started_at_ms, duration_ms, record)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (turn_id) DO NOTHING";
-const INSERT_LAYER: &str = "INSERT INTO layer_decisions (turn_seq, tenant, layer, status, reason) VALUES (?1, ?2, ?3, ?4, ?5)";
-const INSERT_PROVIDER: &str =
-    "INSERT INTO provider_records (turn_seq, tenant, provider, status, observed_at_ms, record)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+const INSERT_TURN: &str = "INSERT INTO turns (turn_id, tenant, project, build_digest, blocked, rendered_digest, started_at_ms, duration_ms, record, shape, provider_count)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (turn_id) DO NOTHING";
+/// A shape's pairs are written once: a second write of the same pair does nothing.
+const INSERT_SHAPE_KEY: &str = "INSERT INTO shape_keys (tenant, kind, name, status, shape)
+    VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING";
 /// Stored once per tenant and fingerprint: a second write only moves the expiry later.
 const UPSERT_RETAINED: &str =
     "INSERT INTO retained_content (tenant, fingerprint, ciphertext, expires_at_ms)
@@ -72,6 +71,8 @@ pub struct TraceStore {
     known_builds: HashSet<String>,
     /// Record dictionaries already in the store, likewise.
     known_dictionaries: HashSet<i64>,
+    /// Turn shapes whose keys are already in the store, likewise.
+    known_shapes: HashSet<i64>,
 }
 
 impl fmt::Debug for TraceStore {
@@ -136,6 +137,7 @@ impl TraceStore {
             encoder: RowEncoder::new(key),
             known_builds: HashSet::new(),
             known_dictionaries: HashSet::new(),
+            known_shapes: HashSet::new(),
         })
     }
 
@@ -167,6 +169,7 @@ impl TraceStore {
         let mut written = Written::default();
         let mut new_builds = Vec::new();
         let mut new_dictionaries = Vec::new();
+        let mut new_shapes = Vec::new();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -178,8 +181,7 @@ impl TraceStore {
             };
             let mut insert_turn = prepare(INSERT_TURN)?;
             let mut insert_operation = prepare(INSERT_HANDLE_OPERATION)?;
-            let mut insert_layer = prepare(INSERT_LAYER)?;
-            let mut insert_provider = prepare(INSERT_PROVIDER)?;
+            let mut insert_shape_key = prepare(INSERT_SHAPE_KEY)?;
             let mut upsert_retained = prepare(UPSERT_RETAINED)?;
             let mut insert_build = prepare(INSERT_BUILD)?;
             let mut insert_dictionary = prepare(INSERT_DICTIONARY)?;
@@ -217,36 +219,29 @@ impl TraceStore {
                         turn.started_at_ms,
                         turn.duration_ms,
                         turn.record,
+                        rows.shape.id,
+                        rows.provider_records,
                     ])
                     .map_err(sqlite(&path, "insert a turn"))?;
                 if inserted == 0 {
                     continue;
                 }
-                let seq = tx.last_insert_rowid();
                 written.turns += 1;
-                for layer in &rows.layers {
-                    insert_layer
-                        .execute(params![
-                            seq,
-                            turn.tenant,
-                            layer.layer,
-                            layer.status,
-                            layer.reason
-                        ])
-                        .map_err(sqlite(&path, "insert a layer decision"))?;
-                }
-                for provider in &rows.providers {
-                    insert_provider
-                        .execute(params![
-                            seq,
-                            turn.tenant,
-                            provider.provider,
-                            provider.status,
-                            provider.observed_at_ms,
-                            provider.record,
-                        ])
-                        .map_err(sqlite(&path, "insert a provider record"))?;
-                    written.provider_records += 1;
+                written.provider_records += u64::from(rows.provider_records);
+                let shape = &rows.shape;
+                if !self.known_shapes.contains(&shape.id) && !new_shapes.contains(&shape.id) {
+                    for key in &shape.keys {
+                        insert_shape_key
+                            .execute(params![
+                                turn.tenant,
+                                key.kind,
+                                key.name,
+                                key.status,
+                                shape.id
+                            ])
+                            .map_err(sqlite(&path, "insert a turn shape"))?;
+                    }
+                    new_shapes.push(shape.id);
                 }
                 for retained in &rows.retained {
                     upsert_retained
@@ -272,6 +267,7 @@ impl TraceStore {
         tx.commit().map_err(sqlite(&path, "commit a batch"))?;
         remember(&mut self.known_builds, new_builds);
         remember(&mut self.known_dictionaries, new_dictionaries);
+        remember(&mut self.known_shapes, new_shapes);
         Ok(written)
     }
 

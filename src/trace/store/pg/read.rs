@@ -51,6 +51,9 @@ impl Param {
     }
 }
 
+/// A turn found by its id: its seq, tenant and body, and whether it has a shape.
+pub(crate) type TurnById = (i64, String, Vec<u8>, bool);
+
 impl PgConnection {
     /// A reader's connection: the schema must be a trace store of this code's version.
     pub(crate) fn open_reader(target: &super::PgTarget) -> Result<PgConnection, StoreError> {
@@ -63,27 +66,29 @@ impl PgConnection {
         Ok(conn)
     }
 
-    pub(crate) fn turn_body_by_seq(&self, seq: i64) -> Result<Option<Vec<u8>>, StoreError> {
-        self.run("read a turn", |client| async move {
-            let row = client
-                .query_opt("SELECT record FROM turns WHERE seq = $1", &[&seq])
-                .await?;
-            Ok(row.map(|row| row.get(0)))
-        })
-    }
-
-    pub(crate) fn turn_by_id(
-        &self,
-        turn_id: &str,
-    ) -> Result<Option<(i64, String, Vec<u8>)>, StoreError> {
+    /// A turn's body, and whether the turn has a shape (its provider records are all
+    /// in its body).
+    pub(crate) fn turn_body_by_seq(&self, seq: i64) -> Result<Option<(Vec<u8>, bool)>, StoreError> {
         self.run("read a turn", |client| async move {
             let row = client
                 .query_opt(
-                    "SELECT seq, tenant, record FROM turns WHERE turn_id = $1",
+                    "SELECT record, shape IS NOT NULL FROM turns WHERE seq = $1",
+                    &[&seq],
+                )
+                .await?;
+            Ok(row.map(|row| (row.get(0), row.get(1))))
+        })
+    }
+
+    pub(crate) fn turn_by_id(&self, turn_id: &str) -> Result<Option<TurnById>, StoreError> {
+        self.run("read a turn", |client| async move {
+            let row = client
+                .query_opt(
+                    "SELECT seq, tenant, record, shape IS NOT NULL FROM turns WHERE turn_id = $1",
                     &[&turn_id],
                 )
                 .await?;
-            Ok(row.map(|row| (row.get(0), row.get(1), row.get(2))))
+            Ok(row.map(|row| (row.get(0), row.get(1), row.get(2), row.get(3))))
         })
     }
 
@@ -158,12 +163,10 @@ impl PgConnection {
     }
 
     /// Rows in one of the store's tables (a name of ours, never input).
-    pub(crate) fn count_rows(&self, table: &'static str) -> Result<u64, StoreError> {
+    /// The one integer a counting statement answers.
+    pub(crate) fn count(&self, sql: &'static str) -> Result<u64, StoreError> {
         self.run("count rows", |client| async move {
-            let n: i64 = client
-                .query_one(&format!("SELECT COUNT(*) FROM {table}"), &[])
-                .await?
-                .get(0);
+            let n: i64 = client.query_one(sql, &[]).await?.get(0);
             Ok(n.max(0) as u64)
         })
     }

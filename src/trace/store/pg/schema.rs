@@ -95,6 +95,20 @@ const MIGRATIONS: &[&str] = &[
     // filter without its name walks the name-led index once per name of the tenant.
     "DROP INDEX IF EXISTS layer_decisions_by_status;
     DROP INDEX IF EXISTS provider_records_by_status;",
+    // 5: turn shapes, as in the SQLite store's version 6: a turn carries the id of the
+    // set of its (name, status) pairs, stored once per shape in `shape_keys`, and
+    // writes no provider or layer rows; turns written before keep theirs.
+    "CREATE TABLE shape_keys (
+        tenant TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        status TEXT NOT NULL,
+        shape BIGINT NOT NULL,
+        PRIMARY KEY (tenant, kind, name, status, shape)
+    );
+    ALTER TABLE turns ADD COLUMN shape BIGINT,
+        ADD COLUMN provider_count BIGINT NOT NULL DEFAULT 0;
+    CREATE INDEX turns_by_shape ON turns (tenant, shape, seq, started_at_ms) WHERE shape IS NOT NULL;",
 ];
 
 const VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_version (

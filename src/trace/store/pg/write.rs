@@ -30,18 +30,14 @@ const INSERT_HANDLE_OPERATIONS: &str =
     SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[])
     ON CONFLICT (tenant, handle_id, sequence) DO NOTHING";
 /// A turn id already in the store (a retried batch) is skipped with its rows.
-const INSERT_TURNS: &str = "INSERT INTO turns (turn_id, tenant, project, build_digest, blocked, rendered_digest, started_at_ms, duration_ms, record)
-    SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::text[], $7::int8[], $8::int8[], $9::bytea[])
+const INSERT_TURNS: &str = "INSERT INTO turns (turn_id, tenant, project, build_digest, blocked, rendered_digest, started_at_ms, duration_ms, record, shape, provider_count)
+    SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::text[], $7::int8[], $8::int8[], $9::bytea[], $10::int8[], $11::int8[])
     ON CONFLICT (turn_id) DO NOTHING RETURNING seq, turn_id";
-const INSERT_LAYERS: &str = "INSERT INTO layer_decisions (turn_seq, tenant, layer, status, reason)
-    SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[])";
-/// In the order given (`WITH ORDINALITY`): a turn's provider records are read back by
-/// `id`, which must follow their place in the turn's body.
-const INSERT_PROVIDERS: &str =
-    "INSERT INTO provider_records (turn_seq, tenant, provider, status, observed_at_ms, record)
-    SELECT s, t, p, st, o, r FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::bytea[])
-        WITH ORDINALITY AS u (s, t, p, st, o, r, n)
-    ORDER BY n";
+/// A shape's pairs are written once; replicas writing the same shape at once both do
+/// nothing for the pairs already there.
+const INSERT_SHAPE_KEYS: &str = "INSERT INTO shape_keys (tenant, kind, name, status, shape)
+    SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[])
+    ON CONFLICT DO NOTHING";
 /// Stored once per tenant and fingerprint: a second write only moves the expiry later.
 const UPSERT_RETAINED: &str =
     "INSERT INTO retained_content (tenant, fingerprint, ciphertext, expires_at_ms)
@@ -56,7 +52,9 @@ const DELETE_PROVIDER_RECORDS: &str = "DELETE FROM provider_records WHERE turn_s
 /// tenant ([`NameColumn::walk`]).
 const DELETE_LAYER_DECISIONS: &str = "DELETE FROM layer_decisions
     WHERE tenant = $1 AND layer = ANY($4) AND status = ANY($3) AND turn_seq = ANY($2)";
-const DELETE_TURNS: &str = "DELETE FROM turns WHERE seq = ANY($1)";
+/// Each deleted turn's count of the provider records its body held (zero for a turn
+/// written before shapes, whose records are rows of their own).
+const DELETE_TURNS: &str = "DELETE FROM turns WHERE seq = ANY($1) RETURNING provider_count";
 const DELETE_HANDLE_OPERATIONS: &str = "DELETE FROM handle_operations
     WHERE (tenant, handle_id, sequence) IN (SELECT tenant, handle_id, sequence
         FROM handle_operations WHERE tenant = $1 AND at_ms < $2 LIMIT $3)";
@@ -67,7 +65,7 @@ const OLDEST_STARTED: &str = "SELECT started_at_ms FROM turns ORDER BY seq LIMIT
 const STORE_BYTES: &str = "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::int8
     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE n.nspname = current_schema() AND c.relkind = 'r'
-    AND c.relname IN ('turns', 'layer_decisions', 'provider_records', 'retained_content',
+    AND c.relname IN ('turns', 'layer_decisions', 'provider_records', 'shape_keys', 'retained_content',
         'builds', 'handle_operations', 'record_dictionaries', 'schema_version')";
 
 /// A replica's write connection. Owned by its trace writer thread.
@@ -78,6 +76,7 @@ pub struct PgTraceStore {
     target: PgTarget,
     known_builds: HashSet<String>,
     known_dictionaries: HashSet<i64>,
+    known_shapes: HashSet<i64>,
 }
 
 impl fmt::Debug for PgTraceStore {
@@ -100,6 +99,8 @@ struct TurnColumns<'a> {
     started_at_ms: Vec<i64>,
     duration_ms: Vec<i64>,
     record: Vec<&'a [u8]>,
+    shape: Vec<i64>,
+    provider_count: Vec<i64>,
 }
 
 impl PgTraceStore {
@@ -115,6 +116,7 @@ impl PgTraceStore {
             target: target.clone(),
             known_builds: HashSet::new(),
             known_dictionaries: HashSet::new(),
+            known_shapes: HashSet::new(),
         })
     }
 
@@ -155,6 +157,28 @@ impl PgTraceStore {
             columns.started_at_ms.push(turn.started_at_ms);
             columns.duration_ms.push(turn.duration_ms);
             columns.record.push(&turn.record);
+            columns.shape.push(rows.shape.id);
+            columns
+                .provider_count
+                .push(i64::from(rows.provider_records));
+        }
+        // Sorted by key, as the other shared rows: replicas lock in the same order.
+        let mut shape_keys: BTreeMap<(&str, &str, &str, &str, i64), ()> = BTreeMap::new();
+        for rows in batch {
+            if !self.known_shapes.contains(&rows.shape.id) {
+                for key in &rows.shape.keys {
+                    shape_keys.insert(
+                        (
+                            &rows.turn.tenant,
+                            key.kind,
+                            &key.name,
+                            key.status,
+                            rows.shape.id,
+                        ),
+                        (),
+                    );
+                }
+            }
         }
         let by_turn_id: HashMap<&str, &TraceRows> = batch
             .iter()
@@ -201,35 +225,20 @@ impl PgTraceStore {
                             &columns.started_at_ms,
                             &columns.duration_ms,
                             &columns.record,
+                            &columns.shape,
+                            &columns.provider_count,
                         ],
                     )
                     .await?;
                 written.turns = inserted.len() as u64;
-                let mut layers = LayerColumns::default();
-                let mut providers = ProviderColumns::default();
                 let mut retained: BTreeMap<(&str, &str), (&[u8], i64)> = BTreeMap::new();
                 for row in &inserted {
-                    let seq: i64 = row.get(0);
                     let turn_id: &str = row.get(1);
                     let Some(rows) = by_turn_id.get(turn_id) else {
                         continue;
                     };
                     let tenant = rows.turn.tenant.as_str();
-                    for layer in &rows.layers {
-                        layers.turn_seq.push(seq);
-                        layers.tenant.push(tenant);
-                        layers.layer.push(&layer.layer);
-                        layers.status.push(layer.status);
-                        layers.reason.push(layer.reason);
-                    }
-                    for provider in &rows.providers {
-                        providers.turn_seq.push(seq);
-                        providers.tenant.push(tenant);
-                        providers.provider.push(&provider.provider);
-                        providers.status.push(provider.status);
-                        providers.observed_at_ms.push(provider.observed_at_ms);
-                        providers.record.push(&provider.record);
-                    }
+                    written.provider_records += u64::from(rows.provider_records);
                     for item in &rows.retained {
                         let entry = retained
                             .entry((tenant, item.fingerprint.as_str()))
@@ -237,32 +246,13 @@ impl PgTraceStore {
                         entry.1 = entry.1.max(item.expires_at_ms);
                     }
                 }
-                if !layers.turn_seq.is_empty() {
-                    tx.execute(
-                        INSERT_LAYERS,
-                        &[
-                            &layers.turn_seq,
-                            &layers.tenant,
-                            &layers.layer,
-                            &layers.status,
-                            &layers.reason,
-                        ],
-                    )
-                    .await?;
-                }
-                if !providers.turn_seq.is_empty() {
-                    written.provider_records = tx
-                        .execute(
-                            INSERT_PROVIDERS,
-                            &[
-                                &providers.turn_seq,
-                                &providers.tenant,
-                                &providers.provider,
-                                &providers.status,
-                                &providers.observed_at_ms,
-                                &providers.record,
-                            ],
-                        )
+                if !shape_keys.is_empty() {
+                    let tenant: Vec<&str> = shape_keys.keys().map(|k| k.0).collect();
+                    let kind: Vec<&str> = shape_keys.keys().map(|k| k.1).collect();
+                    let name: Vec<&str> = shape_keys.keys().map(|k| k.2).collect();
+                    let status: Vec<&str> = shape_keys.keys().map(|k| k.3).collect();
+                    let shape: Vec<i64> = shape_keys.keys().map(|k| k.4).collect();
+                    tx.execute(INSERT_SHAPE_KEYS, &[&tenant, &kind, &name, &status, &shape])
                         .await?;
                 }
                 if !retained.is_empty() {
@@ -283,6 +273,10 @@ impl PgTraceStore {
         remember(
             &mut self.known_dictionaries,
             batch.iter().map(|rows| rows.dictionary.id),
+        );
+        remember(
+            &mut self.known_shapes,
+            batch.iter().map(|rows| rows.shape.id),
         );
         remember(
             &mut self.known_builds,
@@ -333,7 +327,12 @@ impl PgTraceStore {
                 pruned.layer_decisions = tx
                     .execute(DELETE_LAYER_DECISIONS, &[&tenant, &seqs, &statuses, &names])
                     .await?;
-                pruned.turns = tx.execute(DELETE_TURNS, &[&seqs]).await?;
+                let deleted = tx.query(DELETE_TURNS, &[&seqs]).await?;
+                pruned.turns = deleted.len() as u64;
+                pruned.provider_records += deleted
+                    .iter()
+                    .map(|row| row.get::<_, i64>(0).max(0) as u64)
+                    .sum::<u64>();
             }
             pruned.handle_operations = tx
                 .execute(DELETE_HANDLE_OPERATIONS, &[&tenant, &cutoff_ms, &limit])
@@ -382,25 +381,6 @@ impl PgTraceStore {
             disk_available: None,
         })
     }
-}
-
-#[derive(Default)]
-struct LayerColumns<'a> {
-    turn_seq: Vec<i64>,
-    tenant: Vec<&'a str>,
-    layer: Vec<&'a str>,
-    status: Vec<&'a str>,
-    reason: Vec<&'a str>,
-}
-
-#[derive(Default)]
-struct ProviderColumns<'a> {
-    turn_seq: Vec<i64>,
-    tenant: Vec<&'a str>,
-    provider: Vec<&'a str>,
-    status: Vec<&'a str>,
-    observed_at_ms: Vec<i64>,
-    record: Vec<&'a [u8]>,
 }
 
 #[cfg(test)]
@@ -596,7 +576,10 @@ mod tests {
 
         let pruned = store.prune_batch("acme", 1_002, 500).unwrap();
         assert_eq!((pruned.turns, pruned.provider_records), (2, 4));
-        assert_eq!(pruned.layer_decisions, 2);
+        assert_eq!(
+            pruned.layer_decisions, 0,
+            "turns with a shape have no decision rows"
+        );
         assert_eq!(reader.counts().unwrap().turns, 1);
         assert_eq!(store.tenants().unwrap(), ["acme"]);
         assert!(store.usage().unwrap().used_bytes > 0);
