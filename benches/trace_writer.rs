@@ -1,10 +1,13 @@
 //! Trace writer throughput against a plain rusqlite baseline, same run, same rows, same
 //! machine.
 //!
-//! - **writer**: `N` turns through `trace::writer::spawn` + `TraceSender::enqueue` +
-//!   `shutdown`, default settings (queue 8192, batches of 256, 50 ms), timed from the
-//!   first enqueue to the return of `shutdown` (the last commit). Serializing and
-//!   sealing happen inside the timed region, on the enqueuing thread.
+//! - **writer**: `N` turns through `trace::writer::spawn` + `TraceSender::enqueue_rows`
+//!   + `shutdown`, default settings (queue 8192, batches of 256, 50 ms), timed from the
+//!   first enqueue to the return of `shutdown` (the last commit). The rows are
+//!   serialized and sealed by a `RowEncoder` *before* the clock starts, as the
+//!   baseline's are: in ctxd every worker encodes its own turns, and since a turn
+//!   writes one row (turn shapes) one enqueuing thread's encoding (printed as
+//!   `encode`) is slower than the writer it feeds.
 //! - **baseline**: a plain rusqlite connection (WAL, `synchronous=NORMAL`, foreign keys
 //!   not enforced, as on the writer's connection) on a store whose schema
 //!   `TraceStore::open` created, inserting the same rows — serialized and sealed by
@@ -44,7 +47,7 @@ use std::time::{Duration, Instant};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-const TURNS: usize = 20_000;
+const TURNS: usize = 60_000;
 const CUSTOMERS: usize = 2_000;
 const RUNS: usize = 7;
 const BATCH: usize = 256;
@@ -311,7 +314,7 @@ impl Run {
     }
 }
 
-fn writer_run(dir: &Path, key: &DigestKey, traces: Vec<TurnTrace>) -> Run {
+fn writer_run(dir: &Path, key: &DigestKey, rows: Vec<TraceRows>) -> Run {
     let path = dir.join("writer.db");
     let (sender, handle) = writer::spawn(&path, key, WriterSettings::default()).unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -320,9 +323,9 @@ fn writer_run(dir: &Path, key: &DigestKey, traces: Vec<TurnTrace>) -> Run {
         .unwrap();
     let started = Instant::now();
     runtime.block_on(async {
-        for trace in traces {
+        for rows in rows {
             sender
-                .enqueue(trace, Duration::from_secs(60))
+                .enqueue_rows(rows, Duration::from_secs(60))
                 .await
                 .expect("the writer keeps up within a minute");
         }
@@ -586,11 +589,11 @@ fn main() {
         let dir = tempfile::tempdir_in(&bench_dir).unwrap();
         // Neither side always runs on the other's leftovers (page cache, disk queue).
         let (writer, baseline) = if run % 2 == 1 {
-            let writer = writer_run(dir.path(), &key, traces.clone());
+            let writer = writer_run(dir.path(), &key, rows.clone());
             (writer, baseline_run(dir.path(), &key, &rows))
         } else {
             let baseline = baseline_run(dir.path(), &key, &rows);
-            (writer_run(dir.path(), &key, traces.clone()), baseline)
+            (writer_run(dir.path(), &key, rows.clone()), baseline)
         };
         assert_eq!(
             writer.records, baseline.records,

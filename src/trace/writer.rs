@@ -62,8 +62,8 @@
 use super::DigestKey;
 use super::record::TurnTrace;
 use super::store::{
-    HandleOperationRow, Pruned, Queued, RowEncoder, StoreError, StoreTarget, TraceBackend, Written,
-    disk_available,
+    HandleOperationRow, Pruned, Queued, RowEncoder, StoreError, StoreTarget, TraceBackend,
+    TraceRows, Written, disk_available,
 };
 use super::upkeep::{NoRoom, RecordKeeping, StoreBounds, StoreUsage};
 use crate::trace::record::HandleOpRecord;
@@ -427,13 +427,21 @@ impl TraceSender {
     /// once, and while the queue is full retry with short async sleeps until `wait` has
     /// passed; then `Err(Backpressure)` — the caller answers 503. Never a silent drop.
     pub async fn enqueue(&self, trace: TurnTrace, wait: Duration) -> Result<(), Backpressure> {
+        let rows = self.encoder.encode(&trace);
+        drop(trace);
+        self.enqueue_rows(rows, wait).await
+    }
+
+    /// [`Self::enqueue`] for a turn already encoded (by a [`RowEncoder`] under the same
+    /// digest key): what the trace writer bench queues, so that the writer and a plain
+    /// insert of the same rows are timed over the same work.
+    pub async fn enqueue_rows(&self, rows: TraceRows, wait: Duration) -> Result<(), Backpressure> {
         let started = Instant::now();
         if let Some(no_room) = self.shared.no_room(0) {
             return Err(Backpressure::NoRoom(no_room));
         }
-        let rows = Queued::Turn(Box::new(self.encoder.encode(&trace)));
-        drop(trace);
-        self.send_within(rows, started, wait).await
+        self.send_within(Queued::Turn(Box::new(rows)), started, wait)
+            .await
     }
 
     /// Queues one handle operation record, under the same rules as [`Self::enqueue`]:
