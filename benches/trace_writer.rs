@@ -1,8 +1,8 @@
 //! Trace writer throughput against a plain rusqlite baseline, same run, same rows, same
 //! machine.
 //!
-//! - **writer**: `N` turns through `trace::writer::spawn` + `TraceSender::enqueue_rows`
-//!   + `shutdown`, default settings (queue 8192, batches of 256, 50 ms), timed from the
+//! - **writer**: `N` turns through `trace::writer::spawn`, `TraceSender::enqueue_rows`
+//!   and `shutdown`, default settings (queue 8192, batches of 256, 50 ms), timed from the
 //!   first enqueue to the return of `shutdown` (the last commit). The rows are
 //!   serialized and sealed by a `RowEncoder` *before* the clock starts, as the
 //!   baseline's are: in ctxd every worker encodes its own turns, and since a turn
