@@ -68,6 +68,15 @@ fn assert_clean(outcome: &Outcome) {
 }
 
 #[track_caller]
+/// The provider's answer was refused for echoing the bound credential.
+fn assert_reflected(outcome: &Outcome) {
+    assert_failed(
+        outcome,
+        ProviderStatus::SecretDetected,
+        Some("CREDENTIAL_REFLECTED"),
+    );
+}
+
 fn assert_failed(outcome: &Outcome, status: ProviderStatus, detail: Option<&str>) {
     assert_eq!(
         (outcome.status(), outcome.detail()),
@@ -531,11 +540,7 @@ async fn the_credential_reflected_in_a_header_is_refused_whatever_the_status() {
     for code in [200, 404, 401, 500, 302] {
         let (outcome, _server) =
             lookup_against(ProviderServer::new().behaviour(Behaviour::ReflectHeader(code))).await;
-        assert_failed(
-            &outcome,
-            ProviderStatus::SecretDetected,
-            Some("CREDENTIAL_REFLECTED"),
-        );
+        assert_reflected(&outcome);
     }
 }
 
@@ -544,22 +549,14 @@ async fn the_credential_reflected_in_the_body_is_refused() {
     for code in [200, 401, 503] {
         let (outcome, _server) =
             lookup_against(ProviderServer::new().behaviour(Behaviour::ReflectBody(code))).await;
-        assert_failed(
-            &outcome,
-            ProviderStatus::SecretDetected,
-            Some("CREDENTIAL_REFLECTED"),
-        );
+        assert_reflected(&outcome);
     }
     // The secret alone, not only `Bearer <secret>`, anywhere in the bytes.
     let (outcome, _server) = lookup_against(ProviderServer::new().lookup_items(vec![
         json!({"id": "a", "metadata": {"note": format!("k={SECRET};")}}),
     ]))
     .await;
-    assert_failed(
-        &outcome,
-        ProviderStatus::SecretDetected,
-        Some("CREDENTIAL_REFLECTED"),
-    );
+    assert_reflected(&outcome);
 }
 
 #[tokio::test]
@@ -674,11 +671,7 @@ async fn the_credential_in_the_status_line_is_reflected() {
         format!("HTTP/1.1 401 Refused {SECRET}\r\ncontent-length: 0\r\n\r\n").into_bytes(),
     )))
     .await;
-    assert_failed(
-        &outcome,
-        ProviderStatus::SecretDetected,
-        Some("CREDENTIAL_REFLECTED"),
-    );
+    assert_reflected(&outcome);
 }
 
 #[tokio::test]

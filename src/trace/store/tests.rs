@@ -25,6 +25,22 @@ fn first_column<T: rusqlite::types::FromSql>(conn: &Connection, sql: &str) -> Ve
         .unwrap()
 }
 
+/// The ids of the turns of tenant `acme` that `query` finds (its first 10), newest first.
+fn acme_turn_ids(reader: &TraceReader, query: SearchQuery) -> Vec<String> {
+    let query = SearchQuery {
+        tenant: Some("acme".to_owned()),
+        limit: 10,
+        ..query
+    };
+    reader
+        .search(&query)
+        .unwrap()
+        .traces
+        .into_iter()
+        .map(|t| t.turn.turn_id)
+        .collect()
+}
+
 fn store_in(dir: &Path) -> (TraceStore, PathBuf) {
     let path = dir.join("traces.db");
     (TraceStore::open(&path, &key()).unwrap(), path)
@@ -839,20 +855,7 @@ fn a_version_4_store_drops_its_status_indexes_and_still_finds_turns_by_status() 
     );
     assert!(indexes.is_empty(), "{indexes:?}");
     let reader = TraceReader::open(&path, None).unwrap();
-    let ids = |query: SearchQuery| -> Vec<String> {
-        let query = SearchQuery {
-            tenant: Some("acme".to_owned()),
-            limit: 10,
-            ..query
-        };
-        reader
-            .search(&query)
-            .unwrap()
-            .traces
-            .into_iter()
-            .map(|t| t.turn.turn_id)
-            .collect()
-    };
+    let ids = |query: SearchQuery| acme_turn_ids(&reader, query);
     let by_provider_status = |status| SearchQuery {
         provider_status: Some(status),
         ..SearchQuery::default()
@@ -914,20 +917,7 @@ fn a_version_5_store_gains_shapes_and_finds_old_and_new_turns_alike() {
     ];
     store.write_batch(&new).unwrap();
     let reader = TraceReader::open(&path, Some(&k)).unwrap();
-    let ids = |query: SearchQuery| -> Vec<String> {
-        let query = SearchQuery {
-            tenant: Some("acme".to_owned()),
-            limit: 10,
-            ..query
-        };
-        reader
-            .search(&query)
-            .unwrap()
-            .traces
-            .into_iter()
-            .map(|t| t.turn.turn_id)
-            .collect()
-    };
+    let ids = |query: SearchQuery| acme_turn_ids(&reader, query);
     let crm = |status: Option<ProviderStatus>| SearchQuery {
         provider: Some("crm".to_owned()),
         provider_status: status,
