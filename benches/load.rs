@@ -30,8 +30,9 @@
 //! - **Same-hop baseline** (`load/same_hop.rs`): a minimal actix-web + reqwest turn server
 //!   in its own process (this binary started again, so allocating with jemalloc as ctxd
 //!   does) that takes the same turn request, makes the same N lookups concurrently,
-//!   parses them and answers JSON of ctxd's shape: a third side of every closed-loop
-//!   phase, so the ratio against it is what ctxd adds over its network work. The
+//!   parses them and answers JSON with the fields of ctxd's answer it has at hand, about
+//!   its size (`--same-hop-client ctxd`: on ctxd's own client): a third side of every
+//!   closed-loop phase, so the ratio against it is what ctxd adds over its network work. The
 //!   closed-loop phases run at 1, 2, 4, 8 and 16 providers by default and draw the
 //!   scaling curve (`load/scaling.rs`, `DIR/scaling.svg`).
 //! - **Half saturation** (at `--overhead-providers`, default 4): an open loop at half of
