@@ -67,8 +67,8 @@ fn assert_clean(outcome: &Outcome) {
     assert!(!debug.contains(VALUE), "value in {debug}");
 }
 
-#[track_caller]
 /// The provider's answer was refused for echoing the bound credential.
+#[track_caller]
 fn assert_reflected(outcome: &Outcome) {
     assert_failed(
         outcome,
@@ -77,6 +77,7 @@ fn assert_reflected(outcome: &Outcome) {
     );
 }
 
+#[track_caller]
 fn assert_failed(outcome: &Outcome, status: ProviderStatus, detail: Option<&str>) {
     assert_eq!(
         (outcome.status(), outcome.detail()),
