@@ -15,10 +15,12 @@ use std::time::Duration;
 
 mod cache;
 mod handle_store;
+mod mcp_access;
 mod serving;
 
 pub(crate) use cache::CacheMemory;
 use cache::{RawCache, check_cache};
+pub(crate) use mcp_access::McpAccess;
 pub(crate) use serving::{Limits, ServerSettings};
 use serving::{RawLimits, RawServer, check_limits, check_server};
 

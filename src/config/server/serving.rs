@@ -3,6 +3,7 @@
 //! drain, the turn deadline cap, the input keys a request may carry and the replay rate.
 
 use super::ApiKey;
+use super::mcp_access::{McpAccess, check_mcp_access};
 use crate::config::Problems;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -51,6 +52,9 @@ pub(crate) struct ServerSettings {
     /// The key `POST /admin/reload` requires (`admin_key_sha256` or `admin_key_env`);
     /// `None`: no admin route answers.
     pub(crate) admin_key: Option<ApiKey>,
+    /// The `Host` and `Origin` values `/mcp` answers (`mcp_allowed_hosts`,
+    /// `mcp_allowed_origins`).
+    pub(crate) mcp_access: McpAccess,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +81,8 @@ pub(super) struct RawServer {
     drain_quiet_ms: Option<i64>,
     admin_key_sha256: Option<String>,
     admin_key_env: Option<String>,
+    mcp_allowed_hosts: Option<Vec<String>>,
+    mcp_allowed_origins: Option<Vec<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -109,6 +115,11 @@ pub(super) fn check_server(problems: &mut Problems, raw: RawServer) -> Option<Se
         "server.shutdown_grace_ms",
         raw.shutdown_grace_ms.unwrap_or(DEFAULT_SHUTDOWN_GRACE_MS),
         lo..=hi,
+    );
+    let mcp_access = check_mcp_access(
+        problems,
+        raw.mcp_allowed_hosts.as_deref(),
+        raw.mcp_allowed_origins.as_deref(),
     );
     let mut millis = |key: &str, value: Option<i64>, default: i64, (lo, hi): (i64, i64)| {
         problems
@@ -163,6 +174,7 @@ pub(super) fn check_server(problems: &mut Problems, raw: RawServer) -> Option<Se
         keep_alive: keep_alive?,
         drain_quiet,
         admin_key,
+        mcp_access: mcp_access?,
     })
 }
 
