@@ -187,7 +187,8 @@ impl ServerConfig {
 
     /// What the environment lacks for this config: tenant API keys by env reference set
     /// and non-empty, the digest key set unless a generated key is allowed, and no API
-    /// key shared by two tenants once env keys are known. Values are never shown.
+    /// key shared by two tenants, or by a tenant and the admin, once env keys are known.
+    /// Values are never shown.
     pub(crate) fn environment_problems(&self, env: &EnvVars) -> Vec<EnvironmentProblem> {
         let mut found = Vec::new();
         for (i, tenant) in self.tenants.iter().enumerate() {
@@ -247,6 +248,29 @@ impl ServerConfig {
                 found.push(EnvironmentProblem {
                     need: EnvironmentNeed::TraceStore,
                     problem: Problem::new("trace.store_env", message),
+                });
+            }
+        }
+        if let Some(admin) = self
+            .server
+            .admin_key
+            .as_ref()
+            .and_then(|key| key.sha256(env))
+        {
+            // Two hashes were compared at load; a key read from the env is compared here.
+            let shared = self.tenants.iter().find(|tenant| {
+                let from_env = matches!(tenant.api_key, ApiKey::Env(_))
+                    || matches!(self.server.admin_key, Some(ApiKey::Env(_)));
+                from_env && tenant.api_key.sha256(env) == Some(admin)
+            });
+            if let Some(tenant) = shared {
+                let path = match self.server.admin_key {
+                    Some(ApiKey::Env(_)) => "server.admin_key_env",
+                    _ => "server.admin_key_sha256",
+                };
+                found.push(EnvironmentProblem {
+                    need: EnvironmentNeed::Admin,
+                    problem: Problem::new(path, admin_key_shared(&tenant.id)),
                 });
             }
         }
@@ -403,6 +427,9 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<ServerConfig, 
     let cache = optional_section::<RawCache>(&mut problems, &mut table, "cache")
         .and_then(|raw| check_cache(&mut problems, raw, tenant_count));
     let tenants = check_tenants(&mut problems, table.remove("tenants"), base_dir);
+    if let Some(server) = &server {
+        check_admin_key_is_no_tenant_key(&mut problems, server, &tenants);
+    }
 
     match (server, trace, metrics, limits, handles, cache, handle_store) {
         (
@@ -427,6 +454,31 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<ServerConfig, 
         }),
         _ => Err(ConfigErrors::new(file, problems.into_screened())),
     }
+}
+
+/// The admin key reloads the whole deployment: a tenant's key must not do that too. Two
+/// hashes are compared here; a key read from the environment by
+/// [`ServerConfig::environment_problems`].
+fn check_admin_key_is_no_tenant_key(
+    problems: &mut Problems,
+    server: &ServerSettings,
+    tenants: &[TenantConfig],
+) {
+    let Some(ApiKey::Sha256(admin)) = &server.admin_key else {
+        return;
+    };
+    if let Some(tenant) = tenants
+        .iter()
+        .find(|tenant| tenant.api_key == ApiKey::Sha256(*admin))
+    {
+        problems.add("server.admin_key_sha256", admin_key_shared(&tenant.id));
+    }
+}
+
+fn admin_key_shared(tenant: &str) -> String {
+    format!(
+        "is the API key of tenant {tenant:?}: the admin key reloads the deployment, so it must differ from every tenant's key"
+    )
 }
 
 fn check_trace(problems: &mut Problems, raw: RawTrace, base_dir: &Path) -> Option<TraceSettings> {

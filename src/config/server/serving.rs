@@ -298,6 +298,84 @@ mod tests {
     }
 
     #[test]
+    fn an_admin_key_equal_to_a_tenant_key_is_refused_naming_the_field() {
+        let hash = |key: &str| hex::encode(Sha256::digest(key.as_bytes()));
+        let tenant = |key_line: &str| {
+            format!(
+                "[[tenants]]\nid = \"demo\"\n{key_line}\n[[tenants.projects]]\npath = \"p.json\"\nbinding = \"b.toml\"\n"
+            )
+        };
+        let parse_with = |server: &str, tenant: &str| {
+            ServerConfig::parse(
+                &format!("[server]\n{server}\n{tenant}"),
+                Path::new("/etc/ctxd"),
+            )
+        };
+        // Two hashes: at load.
+        let errors = parse_with(
+            &format!("admin_key_sha256 = {:?}", hash("shared-key")),
+            &tenant(&format!(
+                "api_key_sha256 = {:?}",
+                hash("shared-key").to_uppercase()
+            )),
+        )
+        .unwrap_err();
+        assert!(
+            errors
+                .errors
+                .iter()
+                .any(|e| e.path == "server.admin_key_sha256"
+                    && e.message.contains("is the API key of tenant \"demo\"")),
+            "{errors}"
+        );
+        parse_with(
+            &format!("admin_key_sha256 = {:?}", hash("admin-key")),
+            &tenant(&format!("api_key_sha256 = {:?}", hash("shared-key"))),
+        )
+        .unwrap();
+        // A key from the environment: when the environment is read.
+        let env = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("CTXD_DIGEST_KEY", "k")];
+            all.extend_from_slice(pairs);
+            all.into_iter().collect::<EnvVars>()
+        };
+        let cases = [
+            (
+                "admin_key_env = \"CTXD_ADMIN_KEY\"".to_owned(),
+                "api_key_env = \"DEMO_KEY\"".to_owned(),
+                "server.admin_key_env",
+            ),
+            (
+                "admin_key_env = \"CTXD_ADMIN_KEY\"".to_owned(),
+                format!("api_key_sha256 = {:?}", hash("shared-key")),
+                "server.admin_key_env",
+            ),
+            (
+                format!("admin_key_sha256 = {:?}", hash("shared-key")),
+                "api_key_env = \"DEMO_KEY\"".to_owned(),
+                "server.admin_key_sha256",
+            ),
+        ];
+        for (server, key_line, path) in cases {
+            let config = parse_with(&server, &tenant(&key_line)).unwrap();
+            let shared = env(&[("CTXD_ADMIN_KEY", "shared-key"), ("DEMO_KEY", "shared-key")]);
+            let problems = config.environment_problems(&shared);
+            assert_eq!(problems.len(), 1, "{server}: {problems:?}");
+            assert_eq!(problems[0].problem.path, path);
+            assert!(
+                problems[0]
+                    .problem
+                    .message
+                    .contains("must differ from every tenant's key"),
+                "{problems:?}"
+            );
+            assert!(!format!("{problems:?}").contains("shared-key"));
+            let apart = env(&[("CTXD_ADMIN_KEY", "admin-key"), ("DEMO_KEY", "demo-key")]);
+            assert!(config.environment_problems(&apart).is_empty(), "{server}");
+        }
+    }
+
+    #[test]
     fn an_admin_key_env_var_must_be_set_and_is_never_shown() {
         let config = parse("admin_key_env = \"CTXD_ADMIN_KEY\"").unwrap();
         let env = |pairs: &[(&str, &str)]| pairs.iter().copied().collect::<EnvVars>();
