@@ -2,6 +2,8 @@
 //! tenant's share with LRU eviction inside it, tombstones, tenant scoping, per-handle
 //! monotonic sequences), kept in one Redis shared by every replica.
 //!
+//! - **Tombstones per tenant.** A burial forgets the oldest tombstones of its own
+//!   tenant beyond the tenant's share (`max_tenant_tombstones`), never another's.
 //! - **Atomic by construction.** Every state change is one Lua script
 //!   (`redis_store/*.lua`, sharing `prelude.lua`): a registration checks room, evicts
 //!   and inserts with the byte counters; an operation sweeps, resolves the handle, takes
@@ -78,6 +80,12 @@ pub(crate) mod key_layout {
     #[cfg(test)]
     pub(crate) fn tenant_bytes(prefix: &str, tenant: &str) -> String {
         format!("{prefix}:bytes:{tenant}")
+    }
+    /// A tenant's tombstones by burial time (sorted set of ids): forgetting by count,
+    /// within the tenant's share.
+    #[cfg(test)]
+    pub(crate) fn tenant_tombstones(prefix: &str, tenant: &str) -> String {
+        format!("{prefix}:tombs:{tenant}")
     }
     /// Bytes of every live handle, `{prefix}:total`; live handles by expiry,
     /// `{prefix}:expiry`; tombstones by burial time, `{prefix}:tombstones`; the LRU
@@ -294,7 +302,7 @@ impl RedisStore {
         invocation
             .arg(&self.redis.key_prefix)
             .arg(self.redis.tombstone_ttl.as_millis() as u64)
-            .arg(self.settings.max_tombstones as u64)
+            .arg(self.settings.max_tenant_tombstones as u64)
             .arg(tenant)
             .arg(id);
         for value in extra {
@@ -594,12 +602,14 @@ mod tests {
         );
         assert_eq!(key_layout::lru("p", "acme"), "p:lru:acme");
         assert_eq!(key_layout::tenant_bytes("p", "acme"), "p:bytes:acme");
+        assert_eq!(key_layout::tenant_tombstones("p", "acme"), "p:tombs:acme");
         // The scripts build the same keys.
         for fragment in [
             "':h:' .. tenant .. ':' .. id",
             "':m:' .. tenant .. ':' .. id",
             "':lru:' .. tenant",
             "':bytes:' .. tenant",
+            "':tombs:' .. tenant",
         ] {
             assert!(PRELUDE.contains(fragment), "{fragment}");
         }
