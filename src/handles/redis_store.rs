@@ -62,6 +62,21 @@ impl RedisSettings {
 /// The key layout, `{prefix}:…`, for the docs and for tests that scan the key space.
 /// Tenant ids and handle ids contain no `:`, so every key parses back unambiguously.
 pub(crate) mod key_layout {
+    /// The part after the prefix that says what a key holds. A prefix with one of these
+    /// after a `:` (`P:bytes`) would nest in the keys of another deployment's prefix
+    /// (`P`'s `P:bytes:{tenant}`), so the config refuses it.
+    pub(crate) const KINDS: &[&str] = &[
+        "h",
+        "m",
+        "lru",
+        "bytes",
+        "tombs",
+        "total",
+        "expiry",
+        "tombstones",
+        "clock",
+    ];
+
     /// A handle's record (hash: version, bytes, expires, seq, state), live or tombstone.
     pub(crate) fn record(prefix: &str, tenant: &str, id: &str) -> String {
         format!("{prefix}:h:{tenant}:{id}")
@@ -615,6 +630,16 @@ mod tests {
         }
         for shared in key_layout::SHARED {
             assert!(PRELUDE.contains(&format!("':{shared}'")), "{shared}");
+        }
+        // Every kind of key the scripts build is one the config keeps prefixes from.
+        let built = regex::Regex::new(r"P \.\. ':([a-z]+):?'").unwrap();
+        let kinds: Vec<&str> = built
+            .captures_iter(PRELUDE)
+            .map(|found| found.get(1).unwrap().as_str())
+            .collect();
+        assert_eq!(kinds.len(), key_layout::KINDS.len(), "{kinds:?}");
+        for kind in kinds {
+            assert!(key_layout::KINDS.contains(&kind), "{kind}");
         }
     }
 
