@@ -844,3 +844,57 @@ async fn readiness_prepares_the_query_without_running_it() {
         "UNAVAILABLE (POOL_CLOSED)"
     );
 }
+
+/// Whether another session can take session-level advisory lock `key` now (and releases
+/// it at once if so).
+async fn lock_is_free(admin: &Client, key: i64) -> bool {
+    let taken: bool = admin
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+        .await
+        .unwrap()
+        .get(0);
+    if taken {
+        admin
+            .execute("SELECT pg_advisory_unlock($1)", &[&key])
+            .await
+            .unwrap();
+    }
+    taken
+}
+
+/// A read-only transaction allows `pg_try_advisory_lock`, and a session-level lock
+/// outlives `ROLLBACK`: a connection goes back to the pool reset, with no lock of a
+/// lookup's (or of the dry run at open) on it, and it is reused, not discarded.
+#[tokio::test]
+async fn a_lookup_that_takes_an_advisory_lock_leaves_none_on_the_pooled_connection() {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).unwrap();
+    let key = i64::from_le_bytes(bytes);
+    let query = format!(
+        "SELECT $1::text AS id, pg_backend_pid()::text AS content, pg_try_advisory_lock({key})::text AS title"
+    );
+    // One connection: every lookup runs on the one the dry run used.
+    let provider = open_with(ADMIN_DSN, &query, 1).await.unwrap();
+    let admin = admin().await;
+    assert!(
+        lock_is_free(&admin, key).await,
+        "the dry run at open left its lock"
+    );
+    let mut backends = Vec::new();
+    for _ in 0..2 {
+        let outcome = lookup(&provider, CUSTOMER).await;
+        assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+        let item = &outcome.items_found()[0];
+        assert_eq!(
+            item.title.as_deref(),
+            Some("true"),
+            "the lookup took the lock"
+        );
+        backends.push(item.content.clone());
+        assert!(
+            lock_is_free(&admin, key).await,
+            "the pooled connection still holds the lookup's lock"
+        );
+    }
+    assert_eq!(backends[0], backends[1], "the reset connection was reused");
+}

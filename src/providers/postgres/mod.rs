@@ -19,7 +19,13 @@
 //!   per connection (`prepare_typed_cached`): rows beyond the limit are never produced.
 //!
 //! One round trip per lookup: `BEGIN READ ONLY; SET LOCAL …`, the bound query and
-//! `ROLLBACK` are pipelined on the connection. Rows are read as they arrive; the wire
+//! `ROLLBACK; SELECT pg_advisory_unlock_all()` are pipelined on the connection. The
+//! rollback undoes what the transaction did, settings made with `set_config` included;
+//! a session-level advisory lock (`pg_try_advisory_lock`, which a read-only transaction
+//! allows) outlives it, so the unlock goes with it: a connection goes back to the pool
+//! with no lock of a lookup's on it. A connection whose reset did not succeed is
+//! discarded. (`DISCARD ALL` would reset more, but also drop the statements prepared on
+//! the connection, which every lookup reuses.) Rows are read as they arrive; the wire
 //! size of each value is checked before it is decoded (a value larger than a whole
 //! response is refused without being copied) and reading stops as soon as the rows read
 //! exceed the 1 MiB response bound; then [`bounds::check_items`] applies the per-item
@@ -242,17 +248,19 @@ impl PostgresProvider {
         let mut items = match read {
             // Cancelled on the server and discarded as `in_flight` drops armed.
             Err(_) => return failed(Failure::Deadline),
-            Ok(Err(problem)) => {
-                let failure = problem.failure(call.provider);
-                if problem.connection_unusable(in_flight.client()) {
-                    return failed(failure);
+            Ok(Read { items, reset }) => {
+                let reusable = match &items {
+                    Ok(_) => reset,
+                    Err(problem) => reset && !problem.connection_unusable(in_flight.client()),
+                };
+                // Otherwise dropped armed: cancelled on the server and discarded.
+                if reusable {
+                    in_flight.settled();
                 }
-                in_flight.settled();
-                return failed(failure);
-            }
-            Ok(Ok(items)) => {
-                in_flight.settled();
-                items
+                match items {
+                    Ok(items) => items,
+                    Err(problem) => return failed(problem.failure(call.provider)),
+                }
             }
         };
         drop(in_flight);
@@ -454,7 +462,7 @@ async fn dry_run(client: &Object, statement: &Statement) -> Result<(), PostgresS
     let (begun, ran, ended) = tokio::join!(
         client.batch_execute(&begin),
         run,
-        client.batch_execute("ROLLBACK")
+        client.batch_execute(END_AND_RESET)
     );
     let refused = |error: &tokio_postgres::Error| PostgresSetupError::Refused {
         reason: server_words(error),
@@ -593,8 +601,20 @@ fn connection_lost(code: &SqlState) -> bool {
     code.code().starts_with("08") || code.code().starts_with("57P0")
 }
 
+/// What ends every transaction a lookup (or the dry run at `open`) begins: the rollback,
+/// then the release of any session-level advisory lock the query took — the one state a
+/// read-only transaction can leave on a session past its end.
+const END_AND_RESET: &str = "ROLLBACK; SELECT pg_advisory_unlock_all()";
+
+/// A lookup's rows, and whether the connection was reset after it (`END_AND_RESET` ran):
+/// only then may it go back to the pool.
+struct Read {
+    items: Result<Vec<Item>, ReadProblem>,
+    reset: bool,
+}
+
 /// The pipelined lookup: begin read-only with the remaining budget as statement
-/// timeout, the limited query, rollback.
+/// timeout, the limited query, rollback and reset.
 async fn read_items(
     client: &Object,
     limited: &str,
@@ -602,11 +622,20 @@ async fn read_items(
     value: &str,
     limit: usize,
     deadline: Instant,
-) -> Result<Vec<Item>, ReadProblem> {
-    let statement = client
+) -> Read {
+    let statement = match client
         .prepare_typed_cached(limited, &[Type::TEXT, Type::INT8])
         .await
-        .map_err(ReadProblem::Postgres)?;
+    {
+        Ok(statement) => statement,
+        // No transaction was begun: nothing of the query's is on the session.
+        Err(error) => {
+            return Read {
+                items: Err(ReadProblem::Postgres(error)),
+                reset: true,
+            };
+        }
+    };
     let remaining_ms = deadline
         .checked_duration_since(Instant::now())
         .map_or(1, |left| left.as_millis().max(1));
@@ -639,12 +668,14 @@ async fn read_items(
     let (begun, read, ended) = tokio::join!(
         client.batch_execute(&begin),
         rows,
-        client.batch_execute("ROLLBACK")
+        client.batch_execute(END_AND_RESET)
     );
-    begun.map_err(ReadProblem::Postgres)?;
-    let items = read?;
-    ended.map_err(ReadProblem::Postgres)?;
-    Ok(items)
+    let reset = ended.is_ok();
+    let items = begun
+        .map_err(ReadProblem::Postgres)
+        .and(read)
+        .and_then(|items| ended.map(|()| items).map_err(ReadProblem::Postgres));
+    Read { items, reset }
 }
 
 /// TLS with the system's root certificates and host name verification (rustls, the
