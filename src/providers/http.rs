@@ -28,7 +28,8 @@ use super::bounds::{self, MAX_RESPONSE_BYTES};
 use super::endpoint::{self, Violation};
 use super::http1::{BodyError, ConnectionLimits, Http1Client, Http1SetupError};
 use super::redact::SecretHandling;
-use super::{LookupCall, Secret, secrets};
+use super::untrusted::{self, Masks};
+use super::{LookupCall, Secret};
 use crate::contract::{
     CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse, Source,
 };
@@ -402,11 +403,13 @@ fn shape_failure(bytes: &[u8]) -> Failure {
     }
 }
 
-/// A secret pattern in a provider-reported label that traces keep (version, revision).
+/// A provider-reported label that traces keep (version, revision) passes the label rule
+/// every provider type applies ([`untrusted::check_label`]): bounded, printable, no
+/// secret. The bound credential is not looked for here: the whole body already was.
 fn scan_label(label: Option<&str>) -> Result<(), Failure> {
-    match label.and_then(secrets::scan) {
-        Some(detector) => Err(Failure::SecretPattern(detector.name())),
-        None => Ok(()),
+    match label.map(|label| untrusted::check_label(label, &Masks::none())) {
+        Some(Err(problem)) => Err(problem.failure()),
+        _ => Ok(()),
     }
 }
 
@@ -735,6 +738,40 @@ mod tests {
             );
             assert!(outcome.items_found().is_empty());
         }
+    }
+
+    #[test]
+    fn labels_over_their_bound_or_unprintable_are_refused() {
+        let long = "v".repeat(300 * 1024);
+        for label in [long.as_str(), "5.0\nINFO forged", "5.0\u{1b}[2J"] {
+            for field in ["version", "revision"] {
+                let outcome = parse_lookup(
+                    &lookup_body(json!({"contract": CONTRACT, field: label, "items": []})),
+                    2,
+                    SecretHandling::Refuse,
+                );
+                assert_eq!(
+                    (outcome.status(), outcome.detail()),
+                    (ProviderStatus::InvalidResponse, Some("INVALID_LABEL")),
+                    "{field}"
+                );
+                assert_eq!(outcome.version, None);
+            }
+            let described = parse_describe(
+                &serde_json::to_vec(&json!({
+                    "contract": CONTRACT, "version": label, "capabilities": ["lookup"]
+                }))
+                .unwrap(),
+            );
+            assert_eq!(described, Err(Failure::InvalidLabel));
+        }
+        let longest = "v".repeat(untrusted::MAX_LABEL_BYTES);
+        let kept = parse_lookup(
+            &lookup_body(json!({"contract": CONTRACT, "version": longest, "items": []})),
+            2,
+            SecretHandling::Refuse,
+        );
+        assert_eq!(kept.version.as_deref(), Some(longest.as_str()));
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod redact;
 pub mod rest;
 pub mod secrets;
 pub mod sqlite;
+pub mod untrusted;
 
 use std::fmt;
 use std::time::Duration;
