@@ -24,15 +24,14 @@
 //! log line: failures carry only a status and a fixed detail.
 
 use super::PoolSettings;
-use super::bounds::{self, MAX_RESPONSE_BYTES};
+use super::bounds::MAX_RESPONSE_BYTES;
 use super::endpoint::{self, Violation};
 use super::http1::{BodyError, ConnectionLimits, Http1Client, Http1SetupError};
 use super::redact::SecretHandling;
 use super::untrusted::{self, Masks};
+use super::wire_answer::{self, WireProblem};
 use super::{LookupCall, Secret};
-use crate::contract::{
-    CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse, Source,
-};
+use crate::contract::{CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, Source};
 use crate::outcome::{Failure, Outcome};
 use futures_util::StreamExt;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -414,26 +413,33 @@ fn scan_label(label: Option<&str>) -> Result<(), Failure> {
 }
 
 pub(crate) fn parse_lookup(bytes: &[u8], limit: u32, secrets: SecretHandling) -> Outcome {
-    let mut response: LookupResponse = match serde_json::from_slice(bytes) {
-        Ok(response) => response,
-        Err(_) => return failed(shape_failure(bytes)),
+    let answer = match wire_answer::parse(bytes, limit) {
+        Ok(answer) => answer,
+        // Another contract's answer is that, whatever else is wrong with it.
+        Err(WireProblem::Bounds(violation)) => {
+            return failed(match shape_failure(bytes) {
+                Failure::WrongContract => Failure::WrongContract,
+                _ => violation.failure(),
+            });
+        }
+        Err(WireProblem::Malformed) => return failed(shape_failure(bytes)),
     };
-    if response.contract != CONTRACT {
+    if answer.contract != CONTRACT {
         return failed(Failure::WrongContract);
     }
-    let redactions = match bounds::check_items(&mut response.items, limit, secrets) {
-        Ok(redactions) => redactions,
+    let (items, redactions) = match answer.items.finish(secrets) {
+        Ok(finished) => finished,
         Err(violation) => return failed(violation.failure()),
     };
-    if let Err(failure) = scan_label(response.version.as_deref())
-        .and_then(|()| scan_label(response.revision.as_deref()))
+    if let Err(failure) =
+        scan_label(answer.version.as_deref()).and_then(|()| scan_label(answer.revision.as_deref()))
     {
         return failed(failure);
     }
     let mut outcome =
-        Outcome::answered(response.items, response.currentness, LIVE).with_redactions(redactions);
-    outcome.version = response.version;
-    outcome.revision = response.revision;
+        Outcome::answered(items, answer.currentness, LIVE).with_redactions(redactions);
+    outcome.version = answer.version;
+    outcome.revision = answer.revision;
     outcome
 }
 

@@ -9,6 +9,7 @@ pub(crate) mod client;
 pub(crate) mod endpoint;
 pub mod http;
 pub mod http1;
+pub(crate) mod items;
 pub mod mcp;
 pub mod postgres;
 pub mod redact;
@@ -16,6 +17,7 @@ pub mod rest;
 pub mod secrets;
 pub mod sqlite;
 pub mod untrusted;
+pub(crate) mod wire_answer;
 
 use std::fmt;
 use std::time::Duration;
