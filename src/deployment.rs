@@ -13,16 +13,18 @@
 //! says nothing of `Warning`.
 
 use crate::config::{
-    Binding, EnvVars, EnvironmentNeed, ProviderBinding, ProviderKind, ServerConfig, TenantConfig,
-    index_path, key_path,
+    Binding, EnvVars, EnvironmentNeed, McpTransport, ProviderBinding, ProviderKind, ServerConfig,
+    TenantConfig, index_path, key_path,
 };
 use crate::project::{LoadError, Project};
 use crate::providers::http::{HttpProvider, HttpSetupError};
 use crate::providers::postgres::{PostgresProvider, PostgresSetupError};
 use crate::providers::rest::RestProvider;
 use crate::providers::sqlite::{SqliteProvider, SqliteSetupError};
+use crate::providers::untrusted::Masks;
 use crate::providers::{Implementation, Secret};
 use crate::validation::Problem;
+use base64::Engine as _;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -667,6 +669,54 @@ pub(crate) async fn build_implementation(
             ))
         }
     }
+}
+
+/// The binding's own secrets as they may come back in an upstream's text: the env
+/// values it sends or gives away (a bearer or API token, a basic-auth password and its
+/// encoded `user:password`, a DSN's password, an MCP token, the values of the variables
+/// a stdio child is given). Every text from the binding's upstream is shown through
+/// these masks ([`crate::providers::untrusted`]). Unset variables add nothing: the
+/// binding cannot start without them anyway.
+pub(crate) fn binding_masks(binding: &ProviderBinding, env: &EnvVars) -> Masks {
+    let mut masks = Masks::none();
+    match &binding.kind {
+        ProviderKind::Http { secret_env, .. } => {
+            if let Some(secret) = secret_env.as_deref().and_then(|name| env.get(name)) {
+                masks.secret(secret);
+            }
+        }
+        ProviderKind::Sqlite { .. } => {}
+        ProviderKind::Rest(spec) => {
+            if let Some(secret) = spec.auth.secret_env().and_then(|name| env.get(name)) {
+                masks.secret(secret);
+                if let Some(username) = spec.auth.basic_username() {
+                    let pair = format!("{username}:{secret}");
+                    masks.secret(&base64::engine::general_purpose::STANDARD.encode(pair));
+                }
+            }
+        }
+        ProviderKind::Postgres { dsn_env, .. } => {
+            if let Some(dsn) = env.get(dsn_env) {
+                let config = dsn.parse::<tokio_postgres::Config>().ok();
+                if let Some(password) = config.as_ref().and_then(|c| c.get_password()) {
+                    masks.secret(&String::from_utf8_lossy(password));
+                }
+            }
+        }
+        ProviderKind::Mcp(mcp) => match &mcp.transport {
+            McpTransport::Http { auth_env, .. } => {
+                if let Some(token) = auth_env.as_deref().and_then(|name| env.get(name)) {
+                    masks.secret(token);
+                }
+            }
+            McpTransport::Stdio { env: names, .. } => {
+                for value in names.iter().filter_map(|name| env.get(name)) {
+                    masks.secret(value);
+                }
+            }
+        },
+    }
+    masks
 }
 
 #[cfg(test)]

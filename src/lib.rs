@@ -39,6 +39,11 @@
 //! - [`cli`] — one module per subcommand.
 
 pub(crate) mod actors;
+#[cfg(test)]
+mod alloc_meter;
+#[cfg(test)]
+#[global_allocator]
+static TEST_ALLOCATOR: alloc_meter::CountingAllocator = alloc_meter::CountingAllocator;
 pub(crate) mod api;
 pub mod cli;
 pub mod config;

@@ -47,6 +47,9 @@ pub(crate) mod detail {
     pub(crate) const MAPPING_FAILED: &str = "MAPPING_FAILED";
     /// `INVALID_REQUEST`: the value cannot be a path segment (`.` or `..`).
     pub(crate) const VALUE_NOT_A_PATH_SEGMENT: &str = "VALUE_NOT_A_PATH_SEGMENT";
+    /// `INVALID_RESPONSE`: a label the upstream reported (a version, a revision) is over
+    /// its bound or not printable on one line.
+    pub(crate) const INVALID_LABEL: &str = "INVALID_LABEL";
 }
 
 /// Why an invocation gave no usable answer. Each variant is one cause with a fixed
@@ -118,6 +121,9 @@ pub enum Failure {
     ValueNotAPathSegment,
     /// An MCP server answered the call with an error (`isError`, or a JSON-RPC error).
     ToolError,
+    /// A label the upstream reported (a version, a revision) is over its bound or not
+    /// printable on one line.
+    InvalidLabel,
     /// A failure as a fixture or a trace record states it. The status is never `OK` or
     /// `NOT_FOUND` (see [`Outcome::stated`]).
     Stated {
@@ -143,7 +149,10 @@ impl Failure {
             | Failure::BackingOff
             | Failure::ToolError => S::Unavailable,
             Failure::RequestRefused(_) | Failure::ValueNotAPathSegment => S::InvalidRequest,
-            Failure::NotJson | Failure::NoItemList | Failure::MappingFailed => S::InvalidResponse,
+            Failure::NotJson
+            | Failure::NoItemList
+            | Failure::MappingFailed
+            | Failure::InvalidLabel => S::InvalidResponse,
             Failure::Deadline | Failure::PoolExhausted => S::Timeout,
             Failure::RedirectRefused | Failure::Malformed => S::InvalidResponse,
             Failure::ResponseTooLarge | Failure::TooManyItems | Failure::ItemTooLarge => {
@@ -189,6 +198,7 @@ impl Failure {
             Failure::NotJson => detail::NOT_JSON,
             Failure::NoItemList => detail::NO_ITEM_LIST,
             Failure::MappingFailed => detail::MAPPING_FAILED,
+            Failure::InvalidLabel => detail::INVALID_LABEL,
             Failure::ValueNotAPathSegment => detail::VALUE_NOT_A_PATH_SEGMENT,
             Failure::Stated { detail, .. } => return detail.as_deref(),
         })

@@ -32,7 +32,7 @@ use crate::outcome::{CallFacts, Failure, Outcome};
 use crate::project::{CurrentnessRule, LayerKind, MAX_BUDGET_BYTES, MIN_BUDGET_BYTES};
 use crate::providers::LookupCall;
 use crate::providers::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
-use crate::providers::redact::redacted;
+use crate::providers::untrusted::{Masks, UntrustedText};
 use crate::resilience::breaker::{CallResult, classify};
 use crate::resilience::cache::{KeptAnswer, ProviderCache};
 use crate::telemetry::metrics;
@@ -539,7 +539,7 @@ async fn invoke_live(
         tracing::warn!(
             provider = %invocation.provider_id,
             status = failure.status().as_str(),
-            detail = %redacted(failure.detail().unwrap_or("")),
+            detail = %UntrustedText::new(failure.detail().unwrap_or(""), &Masks::none()),
             "provider call failed"
         );
     }

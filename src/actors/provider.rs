@@ -13,7 +13,7 @@
 
 use crate::contract::VersionSource;
 use crate::providers::Implementation;
-use crate::providers::redact::redacted;
+use crate::providers::untrusted::{Masks, UntrustedText};
 use crate::resilience::breaker::{
     Admission, Breaker, BreakerSnapshot, BreakerState, CallResult, Ticket, Transition,
 };
@@ -46,6 +46,9 @@ pub(crate) struct ProviderGate {
     binding_version: Option<String>,
     /// The version the last successful `describe` reported.
     described_version: Mutex<Option<String>>,
+    /// The binding's own secrets: every text from its upstream (a probe's problem) is
+    /// shown through them.
+    masks: Masks,
     /// Calls in flight as last published. The gauges are shared with the provider id's
     /// other gates (other tenants'), so a gate publishes changes, never values; only
     /// written under the breaker's lock, so its changes arrive in order.
@@ -103,6 +106,7 @@ impl ProviderGate {
         provider: &str,
         implementation: Implementation,
         binding: &crate::config::ProviderBinding,
+        masks: Masks,
     ) -> Self {
         let now = Instant::now();
         let gate = ProviderGate {
@@ -115,6 +119,7 @@ impl ProviderGate {
             breaker: Mutex::new(Breaker::new(binding.circuit, now)),
             binding_version: binding.version.clone(),
             described_version: Mutex::new(None),
+            masks,
             published_in_flight: AtomicUsize::new(0),
             published_circuit: AtomicU8::new(NOT_PUBLISHED),
             series: ProviderSeries::new(tenant, provider),
@@ -262,8 +267,9 @@ impl ProviderActor {
                 Err(problem) => {
                     actor.readiness.ready = Some(false);
                     // It may quote the provider or its database: kept (for the log and
-                    // `/readyz`) with any secret in it redacted.
-                    actor.readiness.problem = Some(redacted(&problem).into_owned());
+                    // `/readyz`) as untrusted text, the binding's own secrets masked.
+                    actor.readiness.problem =
+                        Some(UntrustedText::new(&problem, &actor.gate.masks).into_string());
                 }
             }
             if was_ready != actor.readiness.ready {
@@ -399,7 +405,7 @@ mod tests {
             retention_ttl: Duration::from_secs(60),
             version: Some("v7".into()),
         };
-        ProviderGate::new(tenant, "crm", implementation, &binding)
+        ProviderGate::new(tenant, "crm", implementation, &binding, Masks::none())
     }
 
     #[test]

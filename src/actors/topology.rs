@@ -13,6 +13,7 @@ use crate::config::{EnvVars, ProviderBinding, ServerConfig};
 use crate::deployment::{Deployment, DeploymentProblem, ProblemKind, Severity};
 use crate::project::Project;
 use crate::providers::redact::SecretHandling;
+use crate::providers::untrusted::UntrustedText;
 use crate::resilience::cache::{CacheScope, CacheStore, ProviderCache};
 use crate::telemetry::metrics::CacheMetrics;
 use crate::trace::DigestKey;
@@ -333,14 +334,15 @@ pub(super) async fn start_provider(
     arbiter: &Arbiter,
     cache: Option<ProviderCache>,
 ) -> anyhow::Result<ProviderHandle> {
+    let masks = crate::deployment::binding_masks(provider, env);
     let implementation = crate::deployment::build_implementation(provider, env)
         .await
         .map_err(|error| {
-            // A database's message is outside text: shown redacted.
+            // A database's message is outside text: shown as untrusted text.
             anyhow!(
                 "tenant {tenant}: {}: {}",
                 binding.display(),
-                crate::providers::redact::redacted(&error.problem(&provider.id).to_string())
+                UntrustedText::new(&error.problem(&provider.id).to_string(), &masks)
             )
         })?;
     let gate = Arc::new(ProviderGate::new(
@@ -348,6 +350,7 @@ pub(super) async fn start_provider(
         &provider.id,
         implementation,
         provider,
+        masks,
     ));
     let actor = ProviderActor::new(Arc::clone(&gate));
     let addr = ProviderActor::start_in_arbiter(&arbiter.handle(), move |_| actor);

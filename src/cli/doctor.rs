@@ -27,8 +27,8 @@ use crate::deployment::{Deployment, DeploymentProblem, ProblemKind, Severity, Te
 use crate::outcome::Failure;
 use crate::providers::Implementation;
 use crate::providers::http::{DescribeError, HttpProvider};
-use crate::providers::redact::redacted;
 use crate::providers::sqlite::SqliteProvider;
+use crate::providers::untrusted::{Masks, UntrustedText};
 use crate::trace::digest::MIN_KEY_BYTES;
 use clap::Args;
 use futures_util::future::join_all;
@@ -681,6 +681,7 @@ async fn check_provider(
     env: &EnvVars,
 ) -> Vec<Check> {
     let mut report = Report::default();
+    let masks = crate::deployment::binding_masks(provider, env);
     if let ProviderKind::Http {
         endpoint,
         secret_env,
@@ -707,11 +708,15 @@ async fn check_provider(
         }
         Ok(Err(error)) => {
             // In the words and at the key `validate` and `serve` use; a database's
-            // message is outside text, shown redacted.
+            // message is outside text, shown as untrusted text.
             let problem = error.problem(&provider.id).to_string();
             report.fail(
                 &subject,
-                format!("{}: {}", binding.display(), redacted(&problem)),
+                format!(
+                    "{}: {}",
+                    binding.display(),
+                    UntrustedText::new(&problem, &masks)
+                ),
             );
             return report.checks;
         }
@@ -742,7 +747,14 @@ async fn check_provider(
         }
         Implementation::Mcp(mcp) => match mcp.check(SQLITE_CHECK_LIMIT).await {
             Ok(found) => report.ok(&subject, format!("{}: {found}", target(provider))),
-            Err(problem) => report.fail(&subject, format!("{}: {problem}", target(provider))),
+            Err(problem) => report.fail(
+                &subject,
+                format!(
+                    "{}: {}",
+                    target(provider),
+                    UntrustedText::new(&problem, &masks)
+                ),
+            ),
         },
     }
     implementation.close();
@@ -781,7 +793,10 @@ async fn check_sqlite(
                 provider.version.as_deref().unwrap_or("-")
             ),
         ),
-        Ok(Err(problem)) => report.fail(subject, redacted(&problem).into_owned()),
+        Ok(Err(problem)) => report.fail(
+            subject,
+            UntrustedText::new(&problem, &Masks::none()).into_string(),
+        ),
         Err(_) => report.fail(
             subject,
             format!(

@@ -19,7 +19,7 @@ pub(crate) const MIN_TIMEOUT_MS: u64 = 50;
 pub(crate) const MAX_TIMEOUT_MS: u64 = 10_000;
 
 /// Longest item id accepted, in bytes.
-const MAX_ID_BYTES: usize = 256;
+pub(crate) const MAX_ID_BYTES: usize = 256;
 
 const _: () = assert!(MIN_TIMEOUT_MS < MAX_TIMEOUT_MS);
 const _: () = assert!(MAX_ITEM_BYTES < MAX_RESPONSE_BYTES);
@@ -37,6 +37,12 @@ pub enum BoundsViolation {
     },
     #[error("item {index} {problem}")]
     InvalidItem { index: usize, problem: &'static str },
+    #[error("item {index} is over the {limit}-byte item limit")]
+    ItemOverLimit { index: usize, limit: usize },
+    #[error("the items are over the {limit}-byte answer limit")]
+    AnswerTooLarge { limit: usize },
+    #[error("the answer holds more than {limit} JSON values")]
+    TooManyValues { limit: usize },
     #[error("item {index} field {field}: secret detected ({detector})")]
     SecretDetected {
         index: usize,
@@ -51,7 +57,12 @@ impl BoundsViolation {
     pub(crate) fn failure(&self) -> Failure {
         match self {
             BoundsViolation::TooManyItems { .. } => Failure::TooManyItems,
-            BoundsViolation::ItemTooLarge { .. } => Failure::ItemTooLarge,
+            BoundsViolation::ItemTooLarge { .. } | BoundsViolation::ItemOverLimit { .. } => {
+                Failure::ItemTooLarge
+            }
+            BoundsViolation::AnswerTooLarge { .. } | BoundsViolation::TooManyValues { .. } => {
+                Failure::ResponseTooLarge
+            }
             BoundsViolation::InvalidItem { .. } => Failure::Malformed,
             BoundsViolation::SecretDetected { detector, .. } => Failure::SecretPattern(detector),
         }
@@ -103,6 +114,48 @@ pub fn check_items(
     Ok(counts)
 }
 
+/// The secret step alone, for items whose bounds were kept while they were mapped
+/// ([`super::items::ItemsBuilder`]): refused, or redacted — and a redacted item is
+/// checked for validity and size again (a marker can be longer than what it replaced),
+/// as is the answer's total.
+pub(crate) fn check_secrets(
+    items: &mut [Item],
+    secrets: SecretHandling,
+) -> Result<RedactionCounts, BoundsViolation> {
+    if secrets == SecretHandling::Refuse {
+        for (index, item) in items.iter().enumerate() {
+            check_secrets_of(index, item)?;
+        }
+        return Ok(RedactionCounts::new());
+    }
+    let mut counts = RedactionCounts::new();
+    let mut grown = false;
+    for (index, item) in items.iter_mut().enumerate() {
+        let before = counts.values().sum::<u32>();
+        redact::redact_item(item, &mut counts).map_err(|(field, detector)| {
+            BoundsViolation::SecretDetected {
+                index,
+                field,
+                detector,
+            }
+        })?;
+        if counts.values().sum::<u32>() != before {
+            check_validity(index, item)?;
+            check_size(index, item)?;
+            grown = true;
+        }
+    }
+    if grown {
+        let total: usize = items.iter().map(serialized_len).sum();
+        if total > MAX_RESPONSE_BYTES {
+            return Err(BoundsViolation::AnswerTooLarge {
+                limit: MAX_RESPONSE_BYTES,
+            });
+        }
+    }
+    Ok(counts)
+}
+
 /// [`check_items`] with every secret refused, for content that is never redacted:
 /// Context Test fixtures, Project validation, `provider-check`'s conformance verdict.
 pub fn check_items_refusing(items: &[Item], requested_limit: u32) -> Result<(), BoundsViolation> {
@@ -110,7 +163,7 @@ pub fn check_items_refusing(items: &[Item], requested_limit: u32) -> Result<(), 
     for (index, item) in items.iter().enumerate() {
         check_validity(index, item)?;
         check_size(index, item)?;
-        check_secrets(index, item)?;
+        check_secrets_of(index, item)?;
     }
     Ok(())
 }
@@ -135,19 +188,23 @@ fn check_validity(index: usize, item: &Item) -> Result<(), BoundsViolation> {
 }
 
 fn check_size(index: usize, item: &Item) -> Result<(), BoundsViolation> {
-    let mut counted = ByteCount(0);
-    serde_json::to_writer(&mut counted, item).map_err(|_| BoundsViolation::InvalidItem {
-        index,
-        problem: "cannot be serialized",
-    })?;
-    if counted.0 > MAX_ITEM_BYTES {
+    let bytes = serialized_len(item);
+    if bytes > MAX_ITEM_BYTES {
         return Err(BoundsViolation::ItemTooLarge {
             index,
-            bytes: counted.0,
+            bytes,
             limit: MAX_ITEM_BYTES,
         });
     }
     Ok(())
+}
+
+/// The length of an item's canonical JSON. Serializing an item cannot fail: its map
+/// keys are strings and its numbers finite.
+pub(crate) fn serialized_len(item: &Item) -> usize {
+    let mut counted = ByteCount(0);
+    let _ = serde_json::to_writer(&mut counted, item);
+    counted.0
 }
 
 /// Counts what is written to it: an item's serialized size without building its text.
@@ -164,7 +221,7 @@ impl std::io::Write for ByteCount {
     }
 }
 
-fn check_secrets(index: usize, item: &Item) -> Result<(), BoundsViolation> {
+fn check_secrets_of(index: usize, item: &Item) -> Result<(), BoundsViolation> {
     let found = |field: &'static str, detector: secrets::Detector| {
         Err(BoundsViolation::SecretDetected {
             index,

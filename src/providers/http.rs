@@ -24,14 +24,14 @@
 //! log line: failures carry only a status and a fixed detail.
 
 use super::PoolSettings;
-use super::bounds::{self, MAX_RESPONSE_BYTES};
+use super::bounds::MAX_RESPONSE_BYTES;
 use super::endpoint::{self, Violation};
 use super::http1::{BodyError, ConnectionLimits, Http1Client, Http1SetupError};
 use super::redact::SecretHandling;
-use super::{LookupCall, Secret, secrets};
-use crate::contract::{
-    CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse, Source,
-};
+use super::untrusted::{self, Masks};
+use super::wire_answer::{self, WireProblem};
+use super::{LookupCall, Secret};
+use crate::contract::{CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, Source};
 use crate::outcome::{Failure, Outcome};
 use futures_util::StreamExt;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -402,35 +402,44 @@ fn shape_failure(bytes: &[u8]) -> Failure {
     }
 }
 
-/// A secret pattern in a provider-reported label that traces keep (version, revision).
+/// A provider-reported label that traces keep (version, revision) passes the label rule
+/// every provider type applies ([`untrusted::check_label`]): bounded, printable, no
+/// secret. The bound credential is not looked for here: the whole body already was.
 fn scan_label(label: Option<&str>) -> Result<(), Failure> {
-    match label.and_then(secrets::scan) {
-        Some(detector) => Err(Failure::SecretPattern(detector.name())),
-        None => Ok(()),
+    match label.map(|label| untrusted::check_label(label, &Masks::none())) {
+        Some(Err(problem)) => Err(problem.failure()),
+        _ => Ok(()),
     }
 }
 
 pub(crate) fn parse_lookup(bytes: &[u8], limit: u32, secrets: SecretHandling) -> Outcome {
-    let mut response: LookupResponse = match serde_json::from_slice(bytes) {
-        Ok(response) => response,
-        Err(_) => return failed(shape_failure(bytes)),
+    let answer = match wire_answer::parse(bytes, limit) {
+        Ok(answer) => answer,
+        // Another contract's answer is that, whatever else is wrong with it.
+        Err(WireProblem::Bounds(violation)) => {
+            return failed(match shape_failure(bytes) {
+                Failure::WrongContract => Failure::WrongContract,
+                _ => violation.failure(),
+            });
+        }
+        Err(WireProblem::Malformed) => return failed(shape_failure(bytes)),
     };
-    if response.contract != CONTRACT {
+    if answer.contract != CONTRACT {
         return failed(Failure::WrongContract);
     }
-    let redactions = match bounds::check_items(&mut response.items, limit, secrets) {
-        Ok(redactions) => redactions,
+    let (items, redactions) = match answer.items.finish(secrets) {
+        Ok(finished) => finished,
         Err(violation) => return failed(violation.failure()),
     };
-    if let Err(failure) = scan_label(response.version.as_deref())
-        .and_then(|()| scan_label(response.revision.as_deref()))
+    if let Err(failure) =
+        scan_label(answer.version.as_deref()).and_then(|()| scan_label(answer.revision.as_deref()))
     {
         return failed(failure);
     }
     let mut outcome =
-        Outcome::answered(response.items, response.currentness, LIVE).with_redactions(redactions);
-    outcome.version = response.version;
-    outcome.revision = response.revision;
+        Outcome::answered(items, answer.currentness, LIVE).with_redactions(redactions);
+    outcome.version = answer.version;
+    outcome.revision = answer.revision;
     outcome
 }
 
@@ -735,6 +744,40 @@ mod tests {
             );
             assert!(outcome.items_found().is_empty());
         }
+    }
+
+    #[test]
+    fn labels_over_their_bound_or_unprintable_are_refused() {
+        let long = "v".repeat(300 * 1024);
+        for label in [long.as_str(), "5.0\nINFO forged", "5.0\u{1b}[2J"] {
+            for field in ["version", "revision"] {
+                let outcome = parse_lookup(
+                    &lookup_body(json!({"contract": CONTRACT, field: label, "items": []})),
+                    2,
+                    SecretHandling::Refuse,
+                );
+                assert_eq!(
+                    (outcome.status(), outcome.detail()),
+                    (ProviderStatus::InvalidResponse, Some("INVALID_LABEL")),
+                    "{field}"
+                );
+                assert_eq!(outcome.version, None);
+            }
+            let described = parse_describe(
+                &serde_json::to_vec(&json!({
+                    "contract": CONTRACT, "version": label, "capabilities": ["lookup"]
+                }))
+                .unwrap(),
+            );
+            assert_eq!(described, Err(Failure::InvalidLabel));
+        }
+        let longest = "v".repeat(untrusted::MAX_LABEL_BYTES);
+        let kept = parse_lookup(
+            &lookup_body(json!({"contract": CONTRACT, "version": longest, "items": []})),
+            2,
+            SecretHandling::Refuse,
+        );
+        assert_eq!(kept.version.as_deref(), Some(longest.as_str()));
     }
 
     #[test]

@@ -9,12 +9,15 @@ pub(crate) mod client;
 pub(crate) mod endpoint;
 pub mod http;
 pub mod http1;
+pub(crate) mod items;
 pub mod mcp;
 pub mod postgres;
 pub mod redact;
 pub mod rest;
 pub mod secrets;
 pub mod sqlite;
+pub mod untrusted;
+pub(crate) mod wire_answer;
 
 use std::fmt;
 use std::time::Duration;

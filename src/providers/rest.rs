@@ -22,10 +22,12 @@ mod mapping;
 mod request;
 
 use super::PoolSettings;
-use super::bounds::{self, MAX_ITEMS, MAX_RESPONSE_BYTES};
+use super::bounds::BoundsViolation;
+use super::bounds::{MAX_ITEMS, MAX_RESPONSE_BYTES};
 use super::client::ClientSlots;
 use super::http::{self, BoundSecret, HttpSetupError, read_body, transport_failure};
-use super::redact::redacted;
+use super::items::{self, ParseProblem};
+use super::untrusted::{Masks, UntrustedText};
 use super::{LookupCall, Secret};
 use crate::config::{RestAuth, RestMethod, RestSpec};
 use crate::contract::{Currentness, Source};
@@ -325,13 +327,23 @@ impl RestProvider {
     }
 
     fn parse(&self, call: &LookupCall<'_>, bytes: &[u8], limit: u32) -> (Outcome, Option<String>) {
-        let Ok(json) = serde_json::from_slice::<serde_json::Value>(bytes) else {
-            return (failed(Failure::NotJson), None);
+        let json = match items::parse_bounded(bytes, items::MAX_VALUES) {
+            Ok(json) => json,
+            Err(ParseProblem::NotJson) => return (failed(Failure::NotJson), None),
+            Err(ParseProblem::TooManyValues) => {
+                let violation = BoundsViolation::TooManyValues {
+                    limit: items::MAX_VALUES,
+                };
+                return (failed(violation.failure()), Some(violation.to_string()));
+            }
         };
         let mapped = match mapping::map_items(&self.spec.mapping, &json, limit as usize) {
             Ok(mapped) => mapped,
+            Err(MappingError::Bounds(violation)) => {
+                return (failed(violation.failure()), Some(violation.to_string()));
+            }
             Err(error) => {
-                let reason = redacted(&error.to_string()).into_owned();
+                let reason = UntrustedText::new(&error.to_string(), &Masks::none()).into_string();
                 tracing::warn!(
                     provider = %call.provider,
                     reason = %reason,
@@ -339,27 +351,27 @@ impl RestProvider {
                 );
                 let failure = match error {
                     MappingError::NoItemList { .. } => Failure::NoItemList,
-                    MappingError::Field { .. } => Failure::MappingFailed,
+                    MappingError::Field { .. } | MappingError::Bounds(_) => Failure::MappingFailed,
                 };
                 return (failed(failure), Some(reason));
             }
         };
-        let mut items = mapped.items;
-        let redactions = match bounds::check_items(&mut items, limit, call.secrets) {
-            Ok(redactions) => redactions,
+        let dropped = mapped.dropped;
+        let (items, redactions) = match mapped.items.finish(call.secrets) {
+            Ok(finished) => finished,
             Err(violation) => return (failed(violation.failure()), Some(violation.to_string())),
         };
-        if mapped.dropped > 0 {
+        if dropped > 0 {
             tracing::debug!(
                 provider = %call.provider,
                 kept = items.len(),
-                dropped = mapped.dropped,
+                dropped,
                 "rest answer had more items than the limit"
             );
         }
         let outcome = Outcome::answered(items, Currentness::Current, LIVE)
             .with_redactions(redactions)
-            .with_items_dropped(u32::try_from(mapped.dropped).unwrap_or(u32::MAX));
+            .with_items_dropped(u32::try_from(dropped).unwrap_or(u32::MAX));
         (outcome, None)
     }
 }

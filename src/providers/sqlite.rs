@@ -39,14 +39,17 @@
 //! none, so neither can abort the process.
 
 use super::PoolSettings;
+use super::bounds::BoundsViolation;
+use super::items::{ItemDraft, ItemsBuilder};
 use super::{LookupCall, bounds};
-use crate::contract::{Currentness, Item, Source};
+use crate::contract::{Currentness, Source};
 use crate::outcome::{Failure, Outcome, detail};
 use connection::{connect, harden, read_only_uri, reserve_heap};
 use deadpool_sqlite::{Config, Hook, HookError, Pool, PoolConfig, PoolError, Runtime};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, Row, Statement};
-use serde_json::{Map, Number, Value};
+use serde_json::{Number, Value};
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -235,9 +238,10 @@ impl SqliteProvider {
         // Back to the pool before the CPU work of the checks.
         drop(conn);
 
-        let mut items = match read {
+        let items = match read {
             Ok(items) => items,
             Err(ReadError::Refused(failure)) => return failed(failure),
+            Err(ReadError::Bounds(violation)) => return failed(violation.failure()),
             Err(ReadError::Sqlite(error)) => {
                 let failure = classify(&error);
                 if failure == Failure::DatabaseError {
@@ -250,8 +254,8 @@ impl SqliteProvider {
                 return failed(failure);
             }
         };
-        match bounds::check_items(&mut items, call.limit, call.secrets) {
-            Ok(redactions) => Outcome::answered(items, Currentness::Current, Source::Live)
+        match items.finish(call.secrets) {
+            Ok((items, redactions)) => Outcome::answered(items, Currentness::Current, Source::Live)
                 .with_redactions(redactions),
             Err(violation) => failed(violation.failure()),
         }
@@ -493,6 +497,8 @@ enum ReadError {
     Sqlite(rusqlite::Error),
     /// Refused before all rows were read: malformed, too large, out of time.
     Refused(Failure),
+    /// A bound of the contract crossed while the rows were mapped.
+    Bounds(BoundsViolation),
 }
 
 impl From<rusqlite::Error> for ReadError {
@@ -517,7 +523,7 @@ fn read_items(
     value: &str,
     limit: usize,
     stop: Stop,
-) -> Result<Vec<Item>, ReadError> {
+) -> Result<ItemsBuilder, ReadError> {
     let remaining = match stop.deadline.checked_duration_since(StdInstant::now()) {
         Some(remaining) if !stop.now() => remaining,
         _ => return Err(ReadError::Refused(Failure::Deadline)),
@@ -538,7 +544,7 @@ fn read_rows(
     query: &str,
     value: &str,
     limit: usize,
-) -> Result<Vec<Item>, ReadError> {
+) -> Result<ItemsBuilder, ReadError> {
     let mut statement = conn.prepare_cached(query)?;
     // Checked at open; checked again because it costs nothing. Some statements (VACUUM)
     // never reach the authorizer.
@@ -550,8 +556,7 @@ fn read_rows(
     }
     let mut rows = statement.query([value])?;
     let mut layout: Option<Layout> = None;
-    let mut items = Vec::new();
-    let mut response_bytes = 0usize;
+    let mut items = ItemsBuilder::new(u32::try_from(limit).unwrap_or(u32::MAX));
     while items.len() < limit {
         let Some(row) = rows.next()? else { break };
         // From the first row, not the prepared statement: a schema change re-prepares
@@ -560,12 +565,9 @@ fn read_rows(
             Some(layout) => layout,
             None => layout.insert(Layout::of(row.as_ref()).map_err(|_| malformed())?),
         };
-        let item = layout.item(row)?;
-        response_bytes += json_len(&item);
-        if response_bytes > bounds::MAX_RESPONSE_BYTES {
-            return Err(too_large());
-        }
-        items.push(item);
+        let mut item = items.item().map_err(ReadError::Bounds)?;
+        layout.item(row, &mut item)?;
+        items.push(item).map_err(ReadError::Bounds)?;
     }
     Ok(items)
 }
@@ -606,30 +608,35 @@ impl Layout {
         })
     }
 
-    fn item(&self, row: &Row<'_>) -> Result<Item, ReadError> {
-        let id = match value_at(row, self.id)? {
-            ValueRef::Integer(id) => id.to_string(),
-            ValueRef::Text(text) => text_of(text)?,
+    /// One row into `item`, each value measured by the builder before it is copied.
+    fn item(&self, row: &Row<'_>, item: &mut ItemDraft) -> Result<(), ReadError> {
+        match value_at(row, self.id)? {
+            ValueRef::Integer(id) => item.id(id.to_string()),
+            ValueRef::Text(text) => item.id(text_of(text)?),
             ValueRef::Null | ValueRef::Real(_) | ValueRef::Blob(_) => return Err(malformed()),
-        };
-        let title = match self.title {
-            None => None,
-            Some(index) => optional_text(value_at(row, index)?)?,
-        };
-        let content = match self.content {
-            None => String::new(),
-            Some(index) => optional_text(value_at(row, index)?)?.unwrap_or_default(),
-        };
-        let updated_at = match self.updated_at {
-            None => None,
-            Some(index) => match value_at(row, index)? {
-                ValueRef::Null => None,
-                ValueRef::Text(text) => Some(text_of(text)?),
-                ValueRef::Integer(seconds) => Some(rfc3339_utc(seconds).ok_or_else(malformed)?),
+        }
+        .map_err(ReadError::Bounds)?;
+        if let Some(index) = self.title
+            && let Some(title) = optional_text(value_at(row, index)?)?
+        {
+            item.title(title).map_err(ReadError::Bounds)?;
+        }
+        if let Some(index) = self.content
+            && let Some(content) = optional_text(value_at(row, index)?)?
+        {
+            item.content(content).map_err(ReadError::Bounds)?;
+        }
+        if let Some(index) = self.updated_at {
+            match value_at(row, index)? {
+                ValueRef::Null => Ok(()),
+                ValueRef::Text(text) => item.updated_at(text_of(text)?),
+                ValueRef::Integer(seconds) => {
+                    item.updated_at(rfc3339_utc(seconds).ok_or_else(malformed)?)
+                }
                 ValueRef::Real(_) | ValueRef::Blob(_) => return Err(malformed()),
-            },
-        };
-        let mut metadata = Map::new();
+            }
+            .map_err(ReadError::Bounds)?;
+        }
         for (index, name) in &self.metadata {
             let value = match value_at(row, *index)? {
                 ValueRef::Null => Value::Null,
@@ -637,18 +644,18 @@ impl Layout {
                 ValueRef::Real(number) => {
                     Value::Number(Number::from_f64(number).ok_or_else(malformed)?)
                 }
-                ValueRef::Text(text) => Value::String(text_of(text)?),
+                ValueRef::Text(text) => {
+                    // Measured before it is copied.
+                    let text = text_of(text)?;
+                    item.metadata_text(name, text).map_err(ReadError::Bounds)?;
+                    continue;
+                }
                 ValueRef::Blob(_) => return Err(malformed()),
             };
-            metadata.insert(name.clone(), value);
+            item.metadata_owned(name.clone(), value)
+                .map_err(ReadError::Bounds)?;
         }
-        Ok(Item {
-            id,
-            title,
-            content,
-            metadata,
-            updated_at,
-        })
+        Ok(())
     }
 }
 
@@ -666,41 +673,24 @@ fn value_at<'r>(row: &'r Row<'_>, index: usize) -> Result<ValueRef<'r>, ReadErro
     }
 }
 
-/// `title` and `content`: TEXT, or a number in its SQL text form; NULL is absent.
-fn optional_text(value: ValueRef<'_>) -> Result<Option<String>, ReadError> {
+/// `title` and `content`: TEXT (borrowed from the row), or a number in its SQL text
+/// form; NULL is absent.
+fn optional_text(value: ValueRef<'_>) -> Result<Option<Cow<'_, str>>, ReadError> {
     match value {
         ValueRef::Null => Ok(None),
         ValueRef::Text(text) => text_of(text).map(Some),
-        ValueRef::Integer(number) => Ok(Some(number.to_string())),
-        ValueRef::Real(number) => Ok(Some(number.to_string())),
+        ValueRef::Integer(number) => Ok(Some(Cow::Owned(number.to_string()))),
+        ValueRef::Real(number) => Ok(Some(Cow::Owned(number.to_string()))),
         ValueRef::Blob(_) => Err(malformed()),
     }
 }
 
-fn text_of(bytes: &[u8]) -> Result<String, ReadError> {
+/// A TEXT value as text, borrowed from the row: copied only by the builder, once it
+/// fits.
+fn text_of(bytes: &[u8]) -> Result<Cow<'_, str>, ReadError> {
     std::str::from_utf8(bytes)
-        .map(str::to_owned)
+        .map(Cow::Borrowed)
         .map_err(|_| malformed())
-}
-
-/// The length of an item's canonical JSON (as `bounds` measures it), without building it.
-fn json_len(item: &Item) -> usize {
-    struct Counter(usize);
-    impl std::io::Write for Counter {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut counter = Counter(0);
-    match serde_json::to_writer(&mut counter, item) {
-        Ok(()) => counter.0,
-        // Cannot happen for an Item; count it as over any limit rather than as free.
-        Err(_) => usize::MAX / 2,
-    }
 }
 
 /// Unix seconds as an RFC 3339 UTC timestamp, for years 0000 to 9999.
@@ -763,7 +753,7 @@ fn close_pool(pool: &Pool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::ProviderStatus;
+    use crate::contract::{Item, ProviderStatus};
     use detail::POOL_EXHAUSTED;
     use rusqlite::hooks::{AuthContext, Authorization};
     use tokio::time::Instant;

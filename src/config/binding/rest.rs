@@ -222,6 +222,14 @@ impl RestAuth {
         }
     }
 
+    /// The user name of `basic` auth.
+    pub(crate) fn basic_username(&self) -> Option<&str> {
+        match self {
+            RestAuth::Basic { username, .. } => Some(username),
+            _ => None,
+        }
+    }
+
     fn to_json(&self) -> Json {
         let mut auth = json!({ "type": self.type_name() });
         let fields: Vec<(&str, &str)> = match self {

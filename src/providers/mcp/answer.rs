@@ -8,11 +8,13 @@
 //! `UNAVAILABLE` (`TOOL_ERROR`). A resource result: each text resource content is an
 //! item with the content's URI as its id. No item at all is `NOT_FOUND`.
 
-use crate::contract::{Currentness, Item, Source};
+use crate::contract::{Currentness, Source};
 use crate::outcome::{Failure, Outcome};
-use crate::providers::bounds::{self, MAX_RESPONSE_BYTES};
+use crate::providers::bounds::{self, BoundsViolation, MAX_RESPONSE_BYTES};
+use crate::providers::items::{self, ItemsBuilder};
 use crate::providers::redact::{self, SecretHandling};
 use serde_json::{Map, Value as Json};
+use std::borrow::Cow;
 
 /// The arguments of a `tools/call`: the fixed ones with the lookup value beside them.
 pub(crate) fn tool_arguments(
@@ -54,124 +56,175 @@ pub(crate) fn loggable_error(text: &str, value: &str) -> String {
     masked.chars().take(512).collect()
 }
 
-/// What a result turned into before the bounds: items, or a failure; `tool_error` holds
-/// the text of an `isError` result (for the log, after [`loggable_error`]).
-#[derive(Debug, PartialEq)]
+/// What a result turned into: items mapped within the bounds (the secret step still to
+/// come), or a failure; `tool_error` holds the text of an `isError` result (for the log,
+/// after [`loggable_error`]).
+#[derive(Debug)]
 pub(crate) enum Mapped {
-    Items(Vec<Item>),
+    Items(ItemsBuilder),
     ToolError(String),
     Failed(Failure),
 }
 
-/// The serialized size of a result, refused over the response bound.
+/// The serialized size of a result, refused over the response bound: measured without
+/// writing it out, and no further than the bound.
 pub(crate) fn check_size(result: &Json) -> Result<(), Failure> {
-    let size = serde_json::to_vec(result)
-        .map(|b| b.len())
-        .unwrap_or(usize::MAX);
-    if size > MAX_RESPONSE_BYTES {
-        Err(Failure::ResponseTooLarge)
-    } else {
-        Ok(())
+    match items::json_len_within(result, MAX_RESPONSE_BYTES) {
+        Some(_) => Ok(()),
+        None => Err(Failure::ResponseTooLarge),
     }
 }
 
-/// A `tools/call` result as items.
-pub(crate) fn map_tool_result(tool: &str, result: &Json) -> Mapped {
-    if let Err(failure) = check_size(result) {
+/// The checks of a whole result before any item is mapped: its size, then the bound
+/// credential echoed anywhere in it.
+fn check_result(result: &Json, credential: Option<&str>) -> Result<(), Failure> {
+    check_size(result)?;
+    if let Some(credential) = credential.filter(|c| !c.is_empty())
+        && mentions(result, credential)
+    {
+        return Err(Failure::CredentialReflected);
+    }
+    Ok(())
+}
+
+/// A `tools/call` result as items, at most `limit` of them. The text blocks are counted
+/// before any is mapped, and the structured content is measured before each copy.
+pub(crate) fn map_tool_result(
+    tool: &str,
+    result: &Json,
+    limit: u32,
+    credential: Option<&str>,
+) -> Mapped {
+    if let Err(failure) = check_result(result, credential) {
         return Mapped::Failed(failure);
     }
     let Some(object) = result.as_object() else {
         return Mapped::Failed(Failure::Malformed);
     };
-    let texts: Vec<&str> = match object.get("content") {
-        None => Vec::new(),
-        Some(Json::Array(blocks)) => blocks
+    let blocks: &[Json] = match object.get("content") {
+        None => &[],
+        Some(Json::Array(blocks)) => blocks,
+        Some(_) => return Mapped::Failed(Failure::Malformed),
+    };
+    let texts = || {
+        blocks
             .iter()
             .filter(|block| block.get("type").and_then(Json::as_str) == Some("text"))
             .filter_map(|block| block.get("text").and_then(Json::as_str))
-            .collect(),
-        Some(_) => return Mapped::Failed(Failure::Malformed),
     };
     if object.get("isError").and_then(Json::as_bool) == Some(true) {
-        return Mapped::ToolError(texts.join("\n"));
+        // Only what the log shows of it is kept.
+        let mut shown = String::new();
+        for text in texts() {
+            if shown.len() >= MAX_TOOL_ERROR_BYTES {
+                break;
+            }
+            if !shown.is_empty() {
+                shown.push('\n');
+            }
+            let room = MAX_TOOL_ERROR_BYTES - shown.len();
+            shown.push_str(&text[..floor_char_boundary(text, room)]);
+        }
+        return Mapped::ToolError(shown);
     }
     let structured = match object.get("structuredContent") {
         None | Some(Json::Null) => None,
-        Some(Json::Object(map)) => Some(map.clone()),
-        Some(other) => Some(Map::from_iter([("value".to_owned(), other.clone())])),
+        Some(Json::Object(map)) => Some(Cow::Borrowed(map)),
+        Some(other) => Some(Cow::Owned(Map::from_iter([(
+            "value".to_owned(),
+            other.clone(),
+        )]))),
     };
-    let mut items: Vec<Item> = texts
-        .iter()
-        .enumerate()
-        .map(|(index, text)| Item {
-            id: format!("{tool}#{index}"),
-            title: None,
-            content: (*text).to_owned(),
-            metadata: structured.clone().unwrap_or_default(),
-            updated_at: None,
-        })
-        .collect();
-    if items.is_empty()
-        && let Some(structured) = structured
-    {
-        items.push(Item {
-            id: format!("{tool}#0"),
-            title: None,
-            content: Json::Object(structured.clone()).to_string(),
-            metadata: structured,
-            updated_at: None,
-        });
+    let mut builder = ItemsBuilder::new(limit);
+    let built = (|| {
+        builder.expect(texts().count())?;
+        for text in texts() {
+            let mut item = builder.item()?;
+            item.id(format!("{tool}#{}", item.index()))?;
+            item.content(text)?;
+            if let Some(structured) = &structured {
+                item.metadata_copy_all(structured)?;
+            }
+            builder.push(item)?;
+        }
+        if builder.len() == 0
+            && let Some(structured) = &structured
+        {
+            let mut item = builder.item()?;
+            item.id(format!("{tool}#0"))?;
+            // Its JSON is written out only once it is known to fit.
+            items::map_len_within(structured, bounds::MAX_ITEM_BYTES).ok_or(
+                BoundsViolation::ItemOverLimit {
+                    index: 0,
+                    limit: bounds::MAX_ITEM_BYTES,
+                },
+            )?;
+            item.content(serde_json::to_string(structured.as_ref()).unwrap_or_default())?;
+            item.metadata_copy_all(structured)?;
+            builder.push(item)?;
+        }
+        Ok::<(), BoundsViolation>(())
+    })();
+    match built {
+        Ok(()) => Mapped::Items(builder),
+        Err(violation) => Mapped::Failed(violation.failure()),
     }
-    Mapped::Items(items)
 }
 
-/// A `resources/read` result as items.
-pub(crate) fn map_resource_result(result: &Json) -> Mapped {
-    if let Err(failure) = check_size(result) {
+/// The most bytes of a tool error's text kept for the log.
+const MAX_TOOL_ERROR_BYTES: usize = 4096;
+
+fn floor_char_boundary(text: &str, mut index: usize) -> usize {
+    if index >= text.len() {
+        return text.len();
+    }
+    while !text.is_char_boundary(index) {
+        index -= 1;
+    }
+    index
+}
+
+/// A `resources/read` result as items, at most `limit` of them.
+pub(crate) fn map_resource_result(result: &Json, limit: u32, credential: Option<&str>) -> Mapped {
+    if let Err(failure) = check_result(result, credential) {
         return Mapped::Failed(failure);
     }
     let Some(Json::Array(contents)) = result.get("contents") else {
         return Mapped::Failed(Failure::Malformed);
     };
-    let items = contents
-        .iter()
-        .filter_map(|content| {
+    let texts = || {
+        contents.iter().filter_map(|content| {
             let text = content.get("text").and_then(Json::as_str)?;
-            let uri = content
+            Some((content, text))
+        })
+    };
+    let mut builder = ItemsBuilder::new(limit);
+    let built = (|| {
+        builder.expect(texts().count())?;
+        for (content, text) in texts() {
+            let mut item = builder.item()?;
+            item.id(content
                 .get("uri")
                 .and_then(Json::as_str)
-                .unwrap_or("resource");
-            let mut metadata = Map::new();
-            if let Some(mime) = content.get("mimeType").and_then(Json::as_str) {
-                metadata.insert("mimeType".to_owned(), Json::String(mime.to_owned()));
+                .unwrap_or("resource"))?;
+            item.content(text)?;
+            if let Some(mime) = content.get("mimeType").filter(|mime| mime.is_string()) {
+                item.metadata_copy("mimeType", mime)?;
             }
-            Some(Item {
-                id: uri.to_owned(),
-                title: None,
-                content: text.to_owned(),
-                metadata,
-                updated_at: None,
-            })
-        })
-        .collect();
-    Mapped::Items(items)
+            builder.push(item)?;
+        }
+        Ok::<(), BoundsViolation>(())
+    })();
+    match built {
+        Ok(()) => Mapped::Items(builder),
+        Err(violation) => Mapped::Failed(violation.failure()),
+    }
 }
 
-/// Items through the bounds every provider answer passes (count, size, secrets), then
-/// the reflection check of the bound credential: an outcome.
-pub(crate) fn finish(
-    mut items: Vec<Item>,
-    limit: u32,
-    secrets: SecretHandling,
-    credential: Option<&str>,
-) -> Outcome {
-    if let Some(credential) = credential.filter(|c| !c.is_empty())
-        && items.iter().any(|item| item_mentions(item, credential))
-    {
-        return Outcome::failed(Failure::CredentialReflected, Source::Live);
-    }
-    let redactions = match bounds::check_items(&mut items, limit, secrets) {
-        Ok(redactions) => redactions,
+/// Mapped items through the secret step every provider answer passes: an outcome.
+pub(crate) fn finish(items: ItemsBuilder, secrets: SecretHandling) -> Outcome {
+    let (items, redactions) = match items.finish(secrets) {
+        Ok(finished) => finished,
         Err(violation) => return Outcome::failed(violation.failure(), Source::Live),
     };
     if items.is_empty() {
@@ -180,23 +233,30 @@ pub(crate) fn finish(
     Outcome::answered(items, Currentness::Unknown, Source::Live).with_redactions(redactions)
 }
 
-fn item_mentions(item: &Item, credential: &str) -> bool {
-    item.id.contains(credential)
-        || item.content.contains(credential)
-        || item
-            .title
-            .as_deref()
-            .is_some_and(|t| t.contains(credential))
-        || Json::Object(item.metadata.clone())
-            .to_string()
-            .contains(credential)
+/// Whether any string of `value`, or any key, holds `credential`.
+fn mentions(value: &Json, credential: &str) -> bool {
+    match value {
+        Json::String(text) => text.contains(credential),
+        Json::Array(elements) => elements.iter().any(|v| mentions(v, credential)),
+        Json::Object(map) => map
+            .iter()
+            .any(|(key, v)| key.contains(credential) || mentions(v, credential)),
+        Json::Null | Json::Bool(_) | Json::Number(_) => false,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::ProviderStatus;
+    use crate::contract::{Item, ProviderStatus};
     use serde_json::json;
+
+    fn mapped_items(mapped: Mapped) -> Vec<Item> {
+        match mapped {
+            Mapped::Items(items) => items.finish(SecretHandling::Refuse).expect("clean").0,
+            other => panic!("items, not {other:?}"),
+        }
+    }
 
     #[test]
     fn the_value_fills_one_argument_beside_the_fixed_ones() {
@@ -227,9 +287,7 @@ mod tests {
             ],
             "structuredContent": {"tier": "gold"}
         });
-        let Mapped::Items(items) = map_tool_result("lookup", &result) else {
-            panic!("items")
-        };
+        let items = mapped_items(map_tool_result("lookup", &result, 5, None));
         assert_eq!(items.len(), 2);
         assert_eq!(items[0].id, "lookup#0");
         assert_eq!(items[1].content, "second");
@@ -239,9 +297,7 @@ mod tests {
     #[test]
     fn structured_content_alone_is_one_item() {
         let result = json!({"content": [], "structuredContent": {"seats": 12}});
-        let Mapped::Items(items) = map_tool_result("profile", &result) else {
-            panic!("items")
-        };
+        let items = mapped_items(map_tool_result("profile", &result, 5, None));
         assert_eq!(items.len(), 1);
         assert_eq!(items[0].content, r#"{"seats":12}"#);
     }
@@ -249,28 +305,33 @@ mod tests {
     #[test]
     fn an_error_result_is_a_tool_error() {
         let result = json!({"content": [{"type": "text", "text": "boom"}], "isError": true});
-        assert_eq!(
-            map_tool_result("t", &result),
-            Mapped::ToolError("boom".into())
-        );
+        assert!(matches!(
+            map_tool_result("t", &result, 5, None),
+            Mapped::ToolError(text) if text == "boom"
+        ));
         assert_eq!(Failure::ToolError.status(), ProviderStatus::Unavailable);
     }
 
     #[test]
     fn malformed_and_oversized_results_are_refused() {
-        assert_eq!(
-            map_tool_result("t", &json!({"content": "nope"})),
+        assert!(matches!(
+            map_tool_result("t", &json!({"content": "nope"}), 5, None),
             Mapped::Failed(Failure::Malformed)
-        );
-        assert_eq!(
-            map_resource_result(&json!({"nothing": 1})),
+        ));
+        assert!(matches!(
+            map_resource_result(&json!({"nothing": 1}), 5, None),
             Mapped::Failed(Failure::Malformed)
-        );
+        ));
         let big = "x".repeat(MAX_RESPONSE_BYTES + 1);
-        assert_eq!(
-            map_tool_result("t", &json!({"content": [{"type": "text", "text": big}]})),
+        assert!(matches!(
+            map_tool_result(
+                "t",
+                &json!({"content": [{"type": "text", "text": big}]}),
+                5,
+                None
+            ),
             Mapped::Failed(Failure::ResponseTooLarge)
-        );
+        ));
     }
 
     #[test]
@@ -279,9 +340,7 @@ mod tests {
             {"uri": "customers://c/profile", "mimeType": "text/plain", "text": "gold"},
             {"uri": "customers://c/avatar", "blob": "AAAA"}
         ]});
-        let Mapped::Items(items) = map_resource_result(&result) else {
-            panic!("items")
-        };
+        let items = mapped_items(map_resource_result(&result, 5, None));
         assert_eq!(items.len(), 1);
         assert_eq!(items[0].id, "customers://c/profile");
         assert_eq!(items[0].metadata["mimeType"], "text/plain");
@@ -289,48 +348,111 @@ mod tests {
 
     #[test]
     fn finishing_applies_every_bound() {
-        let item = |content: &str| Item {
-            id: "t#0".into(),
-            title: None,
-            content: content.into(),
-            metadata: Map::new(),
-            updated_at: None,
+        let text_result = |texts: &[&str]| json!({"content": texts.iter().map(|t| json!({"type": "text", "text": t})).collect::<Vec<_>>()});
+        let outcome = |texts: &[&str], limit: u32, secrets: SecretHandling, credential| {
+            match map_tool_result("t", &text_result(texts), limit, credential) {
+                Mapped::Items(items) => finish(items, secrets),
+                Mapped::Failed(failure) => Outcome::failed(failure, Source::Live),
+                Mapped::ToolError(_) => panic!("not an error result"),
+            }
         };
-        let ok = finish(vec![item("fine")], 5, SecretHandling::Refuse, None);
+        let ok = outcome(&["fine"], 5, SecretHandling::Refuse, None);
         assert_eq!(ok.status(), ProviderStatus::Ok);
-        let none = finish(vec![], 5, SecretHandling::Refuse, None);
+        let none = outcome(&[], 5, SecretHandling::Refuse, None);
         assert_eq!(none.status(), ProviderStatus::NotFound);
-        let too_many = finish(vec![item("a"), item("b")], 1, SecretHandling::Refuse, None);
+        let too_many = outcome(&["a", "b"], 1, SecretHandling::Refuse, None);
         assert_eq!(too_many.status(), ProviderStatus::LimitExceeded);
-        let big = finish(
-            vec![item(&"x".repeat(bounds::MAX_ITEM_BYTES + 1))],
+        let big = outcome(
+            &[&"x".repeat(bounds::MAX_ITEM_BYTES + 1)],
             5,
             SecretHandling::Refuse,
             None,
         );
         assert_eq!(big.status(), ProviderStatus::LimitExceeded);
-        let aws = finish(
-            vec![item("key AKIAQ3RT7KWY2ZZW4N5P")],
+        let aws = outcome(
+            &["key AKIAQ3RT7KWY2ZZW4N5P"],
             5,
             SecretHandling::Refuse,
             None,
         );
         assert_eq!(aws.status(), ProviderStatus::SecretDetected);
-        let redacted = finish(
-            vec![item("key AKIAQ3RT7KWY2ZZW4N5P")],
+        let redacted = outcome(
+            &["key AKIAQ3RT7KWY2ZZW4N5P"],
             5,
             SecretHandling::Redact,
             None,
         );
         assert_eq!(redacted.status(), ProviderStatus::Ok);
         assert!(!redacted.items_found()[0].content.contains("AKIA"));
-        let reflected = finish(
-            vec![item("you sent Bearer tok-123")],
+        let reflected = outcome(
+            &["you sent Bearer tok-123"],
             5,
             SecretHandling::Refuse,
             Some("tok-123"),
         );
         assert_eq!(reflected.detail(), Some("CREDENTIAL_REFLECTED"));
+    }
+
+    #[test]
+    fn structured_content_is_measured_before_it_is_copied_for_each_item() {
+        // 100 empty text blocks (the limit) and a structured content of 50 KiB: every
+        // item would carry a copy; the answer stops at its byte bound instead.
+        let structured = json!({"blob": "x".repeat(50 * 1024)});
+        let blocks: Vec<Json> = (0..100)
+            .map(|_| json!({"type": "text", "text": ""}))
+            .collect();
+        let result = json!({"content": blocks, "structuredContent": structured});
+        assert!(matches!(
+            map_tool_result("t", &result, 100, None),
+            Mapped::Failed(Failure::ResponseTooLarge)
+        ));
+        // More blocks than the limit: refused before a single item is mapped.
+        let blocks: Vec<Json> = (0..5000)
+            .map(|_| json!({"type": "text", "text": ""}))
+            .collect();
+        let result = json!({"content": blocks, "structuredContent": {"a": 1}});
+        assert!(matches!(
+            map_tool_result("t", &result, 100, None),
+            Mapped::Failed(Failure::TooManyItems)
+        ));
+        // Structured content alone, larger than an item.
+        let result = json!({"structuredContent": {"blob": "x".repeat(70 * 1024)}});
+        assert!(matches!(
+            map_tool_result("t", &result, 5, None),
+            Mapped::Failed(Failure::ItemTooLarge)
+        ));
+    }
+
+    #[test]
+    fn mapping_a_hostile_result_costs_about_the_bounds_in_memory() {
+        // The shape that once cost +526 MiB: a 229 KB answer of empty text blocks and a
+        // structured content, copied into every item before the count was checked.
+        let structured = json!({"blob": "x".repeat(20 * 1024)});
+        for blocks in [8_000, 100] {
+            let content: Vec<Json> = (0..blocks)
+                .map(|_| json!({"type": "text", "text": ""}))
+                .collect();
+            let result = json!({"content": content, "structuredContent": structured});
+            let (mapped, peak) =
+                crate::alloc_meter::peak_extra(|| map_tool_result("t", &result, 100, None));
+            assert!(matches!(mapped, Mapped::Failed(_)), "{blocks} blocks");
+            assert!(
+                peak < 3 * MAX_RESPONSE_BYTES,
+                "{blocks} blocks: mapping held {peak} bytes at its peak"
+            );
+        }
+    }
+
+    #[test]
+    fn a_tool_errors_text_is_kept_only_as_far_as_the_log_shows_it() {
+        let result = json!({"isError": true, "content": [
+            {"type": "text", "text": "é".repeat(10_000)},
+            {"type": "text", "text": "second"}
+        ]});
+        let Mapped::ToolError(text) = map_tool_result("t", &result, 5, None) else {
+            panic!("a tool error")
+        };
+        assert!(text.len() <= MAX_TOOL_ERROR_BYTES, "{}", text.len());
     }
 
     #[test]

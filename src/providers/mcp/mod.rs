@@ -196,6 +196,7 @@ impl McpProvider {
             Ok(peer) => peer,
             Err(failure) => return failed(failure),
         };
+        let credential = self.inner.credential.as_ref().map(Secret::expose);
         let mapped = match &self.inner.lookup {
             McpLookup::Tool {
                 tool,
@@ -209,7 +210,9 @@ impl McpProvider {
                     Err(_) => return failed(Failure::Deadline),
                     Ok(Err(error)) => return failed(self.service_failure(&error, call.value)),
                     Ok(Ok(result)) => match serde_json::to_value(&result) {
-                        Ok(result) => answer::map_tool_result(tool, &result),
+                        Ok(result) => {
+                            answer::map_tool_result(tool, &result, call.limit, credential)
+                        }
                         Err(_) => Mapped::Failed(Failure::Malformed),
                     },
                 }
@@ -223,7 +226,7 @@ impl McpProvider {
                     Err(_) => return failed(Failure::Deadline),
                     Ok(Err(error)) => return failed(self.service_failure(&error, call.value)),
                     Ok(Ok(result)) => match serde_json::to_value(&result) {
-                        Ok(result) => answer::map_resource_result(&result),
+                        Ok(result) => answer::map_resource_result(&result, call.limit, credential),
                         Err(_) => Mapped::Failed(Failure::Malformed),
                     },
                 }
@@ -239,12 +242,7 @@ impl McpProvider {
                 );
                 failed(Failure::ToolError)
             }
-            Mapped::Items(items) => answer::finish(
-                items,
-                call.limit,
-                call.secrets,
-                self.inner.credential.as_ref().map(Secret::expose),
-            ),
+            Mapped::Items(items) => answer::finish(items, call.secrets),
         }
     }
 

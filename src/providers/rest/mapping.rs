@@ -3,19 +3,26 @@
 //! items are mapped; the rest are counted as dropped (an API does not know ctxd's
 //! limit, so more items than asked for is not a failure).
 //!
+//! Every item is built through the budgeted builder ([`ItemsBuilder`]): what a path
+//! selects is measured before it is copied, so a path that selects whole subtrees
+//! (`$..*`) copies no more than an item may hold.
+//!
 //! A [`MappingError`] names the binding's path and the item index, never a value from
 //! the answer: it is logged.
 
 use crate::config::Mapping;
-use crate::contract::Item;
-use serde_json::{Map, Value as Json};
+use crate::providers::bounds::BoundsViolation;
+use crate::providers::items::{ItemDraft, ItemsBuilder};
+use serde_json::Value as Json;
 use serde_json_path::JsonPath;
+use std::borrow::Cow;
 use std::fmt;
 
-/// The mapped items and how many past the limit were left out.
-#[derive(Debug, Clone, PartialEq)]
+/// The mapped items (their secret step still to come) and how many past the limit were
+/// left out.
+#[derive(Debug)]
 pub(crate) struct Mapped {
-    pub(crate) items: Vec<Item>,
+    pub(crate) items: ItemsBuilder,
     pub(crate) dropped: usize,
 }
 
@@ -31,6 +38,14 @@ pub(crate) enum MappingError {
         path: String,
         problem: String,
     },
+    /// The items cross a bound of the contract while they are mapped.
+    Bounds(BoundsViolation),
+}
+
+impl From<BoundsViolation> for MappingError {
+    fn from(violation: BoundsViolation) -> Self {
+        MappingError::Bounds(violation)
+    }
 }
 
 impl fmt::Display for MappingError {
@@ -48,6 +63,7 @@ impl fmt::Display for MappingError {
                 path,
                 problem,
             } => write!(f, "item {index}: mapping.{field} {path:?} {problem}"),
+            MappingError::Bounds(violation) => violation.fmt(f),
         }
     }
 }
@@ -83,17 +99,17 @@ pub(crate) fn map_items(
             match nodes.as_slice() {
                 [] => return Err(no_list("nothing")),
                 [one] => whole(one).ok_or_else(|| no_list(kind(one)))?,
-                several => several.to_vec(),
+                _ => nodes,
             }
         }
     };
     let dropped = list.len().saturating_sub(limit);
-    let items = list
-        .into_iter()
-        .take(limit)
-        .enumerate()
-        .map(|(index, item)| map_item(mapping, index, item))
-        .collect::<Result<Vec<Item>, MappingError>>()?;
+    let mut items = ItemsBuilder::new(u32::try_from(limit).unwrap_or(u32::MAX));
+    for item in list.into_iter().take(limit) {
+        let mut draft = items.item()?;
+        map_item(mapping, item, &mut draft)?;
+        items.push(draft)?;
+    }
     Ok(Mapped { items, dropped })
 }
 
@@ -106,15 +122,16 @@ fn whole(node: &Json) -> Option<Vec<&Json>> {
     }
 }
 
-fn map_item(mapping: &Mapping, index: usize, item: &Json) -> Result<Item, MappingError> {
+fn map_item(mapping: &Mapping, item: &Json, draft: &mut ItemDraft) -> Result<(), MappingError> {
+    let index = draft.index();
     let error = |field: &'static str, path: &JsonPath, problem: String| MappingError::Field {
         index,
         field,
         path: path.to_string(),
         problem,
     };
-    let id = match scalar(&mapping.id, item).map_err(|p| error("id", &mapping.id, p))? {
-        Some(id) if !id.is_empty() => id,
+    match scalar(&mapping.id, item).map_err(|p| error("id", &mapping.id, p))? {
+        Some(id) if !id.is_empty() => draft.id(id)?,
         _ => {
             return Err(error(
                 "id",
@@ -122,45 +139,44 @@ fn map_item(mapping: &Mapping, index: usize, item: &Json) -> Result<Item, Mappin
                 "found no id (nothing, null or an empty string)".to_owned(),
             ));
         }
-    };
+    }
     let optional = |field: &'static str, path: &Option<JsonPath>| match path {
         None => Ok(None),
         Some(path) => scalar(path, item).map_err(|p| error(field, path, p)),
     };
-    let title = optional("title", &mapping.title)?;
-    let content = optional("content", &mapping.content)?.unwrap_or_default();
-    let updated_at = optional("updated_at", &mapping.updated_at)?;
-    let mut metadata = Map::new();
+    if let Some(title) = optional("title", &mapping.title)? {
+        draft.title(title)?;
+    }
+    if let Some(content) = optional("content", &mapping.content)? {
+        draft.content(content)?;
+    }
+    if let Some(updated_at) = optional("updated_at", &mapping.updated_at)? {
+        draft.updated_at(updated_at)?;
+    }
     for (key, path) in &mapping.metadata {
         let nodes = path.query(item).all();
-        let value = if can_select_several(path) {
-            Json::Array(nodes.into_iter().cloned().collect())
+        if can_select_several(path) {
+            draft.metadata_copy_list(key, &nodes)?;
         } else {
             match nodes.as_slice() {
                 [] | [Json::Null] => continue,
-                [one] => (*one).clone(),
-                _ => Json::Array(nodes.into_iter().cloned().collect()),
+                [one] => draft.metadata_copy(key, one)?,
+                several => draft.metadata_copy_list(key, several)?,
             }
-        };
-        metadata.insert(key.clone(), value);
+        }
     }
-    Ok(Item {
-        id,
-        title,
-        content,
-        metadata,
-        updated_at,
-    })
+    Ok(())
 }
 
-/// A field's text: one string, number or boolean; `None` for no match or null.
-fn scalar(path: &JsonPath, item: &Json) -> Result<Option<String>, String> {
+/// A field's text: one string, number or boolean; `None` for no match or null. A string
+/// is borrowed from the answer: the builder copies it once it knows it fits.
+fn scalar<'a>(path: &JsonPath, item: &'a Json) -> Result<Option<Cow<'a, str>>, String> {
     let nodes = path.query(item).all();
     match nodes.as_slice() {
         [] | [Json::Null] => Ok(None),
-        [Json::String(text)] => Ok(Some(text.clone())),
-        [Json::Number(number)] => Ok(Some(number.to_string())),
-        [Json::Bool(flag)] => Ok(Some(flag.to_string())),
+        [Json::String(text)] => Ok(Some(Cow::Borrowed(text.as_str()))),
+        [Json::Number(number)] => Ok(Some(Cow::Owned(number.to_string()))),
+        [Json::Bool(flag)] => Ok(Some(Cow::Owned(flag.to_string()))),
         [other] => Err(format!("found {}, not text", kind(other))),
         several => Err(format!("found {} values, not one", several.len())),
     }
@@ -192,7 +208,18 @@ fn can_select_several(path: &JsonPath) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::Item;
+    use crate::providers::redact::SecretHandling;
     use serde_json::json;
+
+    /// The items of a mapped answer, after the secret step.
+    fn finished(mapped: Mapped) -> Vec<Item> {
+        mapped
+            .items
+            .finish(SecretHandling::Refuse)
+            .expect("clean items")
+            .0
+    }
 
     fn path(text: &str) -> JsonPath {
         JsonPath::parse(text).unwrap()
@@ -227,7 +254,7 @@ mod tests {
         let mapped = map_items(&github_mapping(None), &issue(7, &["bug"]), 5).unwrap();
         assert_eq!(mapped.dropped, 0);
         assert_eq!(
-            mapped.items,
+            finished(mapped),
             [Item {
                 id: "7".into(),
                 title: Some("Issue 7".into()),
@@ -243,9 +270,10 @@ mod tests {
     fn lists_are_cut_at_the_limit_and_the_rest_counted() {
         let list = Json::Array((1..=5000).map(|n| issue(n, &[])).collect());
         let mapped = map_items(&github_mapping(Some("$")), &list, 3).unwrap();
-        assert_eq!(mapped.items.len(), 3);
         assert_eq!(mapped.dropped, 4997);
-        assert_eq!(mapped.items[2].id, "3");
+        let items = finished(mapped);
+        assert_eq!(items.len(), 3);
+        assert_eq!(items[2].id, "3");
         let nested = json!({"issues": [issue(1, &[]), issue(2, &[])]});
         let several = map_items(&github_mapping(Some("$.issues[*]")), &nested, 10).unwrap();
         assert_eq!((several.items.len(), several.dropped), (2, 0));
@@ -254,7 +282,7 @@ mod tests {
             &json!({"issues": []}),
             10,
         );
-        assert_eq!(empty.unwrap().items, []);
+        assert_eq!(finished(empty.unwrap()), []);
     }
 
     #[test]
@@ -290,6 +318,32 @@ mod tests {
                 found: "a string"
             }
         );
+    }
+
+    #[test]
+    fn a_descendant_path_copies_no_more_than_an_item_holds() {
+        // A 120-deep answer of about 1 MiB: `$..*` selects every subtree, and a copy of
+        // each (the nested ones again and again) once cost +127 MiB per lookup.
+        let mut nested = json!("x".repeat(8 * 1024));
+        for depth in 0..120 {
+            nested = json!({"level": depth, "pad": "y".repeat(8 * 1024), "child": nested});
+        }
+        let answer = json!({"id": 1, "deep": nested});
+        let mut mapping = github_mapping(None);
+        mapping.id = path("$.id");
+        mapping.metadata = vec![("all".into(), path("$..*"))];
+        let (mapped, peak) = crate::alloc_meter::peak_extra(|| map_items(&mapping, &answer, 5));
+        assert!(
+            matches!(
+                mapped,
+                Err(MappingError::Bounds(BoundsViolation::ItemOverLimit {
+                    index: 0,
+                    ..
+                }))
+            ),
+            "{mapped:?}"
+        );
+        assert!(peak < 4 << 20, "mapping held {peak} bytes at its peak");
     }
 
     #[test]
