@@ -898,3 +898,54 @@ async fn a_lookup_that_takes_an_advisory_lock_leaves_none_on_the_pooled_connecti
     }
     assert_eq!(backends[0], backends[1], "the reset connection was reused");
 }
+
+/// A server that quotes the connection string's password — here the name of a database
+/// that does not exist, which the server repeats in its refusal — never gets it into
+/// `validate`, `doctor` or `serve`, nor into a readiness problem; the rest of its words
+/// are kept.
+#[tokio::test]
+async fn a_server_message_quoting_the_dsn_password_is_masked() {
+    let mut bytes = [0u8; 4];
+    getrandom::fill(&mut bytes).unwrap();
+    let password = format!("quokka_horizon_{}", hex::encode(bytes));
+    let quoting =
+        format!("host=127.0.0.1 port=5432 user=postgres password={password} dbname={password}");
+    let Err(error) = open_with(&quoting, "SELECT $1 AS id", 1).await else {
+        panic!("a database that does not exist opened");
+    };
+    assert!(error.contains("does not exist"), "{error}");
+    assert!(error.contains("[REDACTED:binding_secret]"), "{error}");
+    assert!(!error.contains(&password), "{error}");
+
+    let deployment = deployment("SELECT $1 AS id", "");
+    for command in ["validate", "doctor", "serve"] {
+        let output = run_with_dsn(command, &deployment, &quoting).await;
+        let shown = format!(
+            "{}{}",
+            crate::support::stdout_of(&output),
+            crate::support::stderr_of(&output)
+        );
+        assert!(!output.status.success(), "{command}: {shown}");
+        assert!(shown.contains("does not exist"), "{command}: {shown}");
+        assert!(!shown.contains(&password), "{command}: {shown}");
+    }
+
+    // A database that goes away under a running provider: readiness names it masked.
+    let admin = admin().await;
+    admin
+        .batch_execute(&format!("CREATE DATABASE {password}"))
+        .await
+        .unwrap();
+    let provider = open_with(&quoting, "SELECT $1 AS id", 1).await.unwrap();
+    assert_eq!(provider.check().await, Ok(()));
+    admin
+        .batch_execute(&format!("DROP DATABASE {password} WITH (FORCE)"))
+        .await
+        .unwrap();
+    let problem = provider.check().await.unwrap_err();
+    assert!(problem.contains("does not exist"), "{problem}");
+    assert!(!problem.contains(&password), "{problem}");
+    let outcome = lookup(&provider, CUSTOMER).await;
+    assert_eq!(outcome.status(), ProviderStatus::Unavailable, "{outcome:?}");
+    provider.close();
+}
