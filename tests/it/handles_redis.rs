@@ -39,7 +39,9 @@ impl Prefix {
         let mut bytes = [0u8; 6];
         getrandom::fill(&mut bytes).unwrap();
         Prefix {
-            name: format!("ctxd-test:{test}:{}", hex::encode(bytes)),
+            // One part after `ctxd-test:`: a test named like a kind of key (`expiry`)
+            // would otherwise nest in the keys of the prefix `ctxd-test`.
+            name: format!("ctxd-test:{test}-{}", hex::encode(bytes)),
             url: url.to_owned(),
         }
     }
