@@ -67,7 +67,7 @@ impl fmt::Display for RestartNeeded {
             "{}: changed, and it takes effect only on a restart (the running value stays until then)",
             self.key
         )?;
-        if self.key.ends_with(".max_tenant_bytes") {
+        if self.key.ends_with(".max_tenant_bytes") || self.key.ends_with(".max_tenant_tombstones") {
             // Unset, the share follows the number of tenants.
             write!(
                 f,
@@ -256,6 +256,10 @@ pub(crate) fn restart_settings(config: &ServerConfig) -> BTreeMap<String, String
     put("handles.max_total_bytes", &handles.max_total_bytes);
     put("handles.max_tenant_bytes", &handles.max_tenant_bytes);
     put("handles.max_tombstones", &handles.max_tombstones);
+    put(
+        "handles.max_tenant_tombstones",
+        &handles.max_tenant_tombstones,
+    );
     let operations = &handles.limits;
     put(
         "handles.default_max_results",
@@ -479,9 +483,13 @@ mod tests {
         );
         assert_eq!(
             refused_between(TENANT, &two),
-            ["cache.max_tenant_bytes", "handles.max_tenant_bytes"]
+            [
+                "cache.max_tenant_bytes",
+                "handles.max_tenant_bytes",
+                "handles.max_tenant_tombstones"
+            ]
         );
-        let shares = "[cache]\nmax_tenant_bytes = 1024\n[handles]\nmax_tenant_bytes = 4096\n";
+        let shares = "[cache]\nmax_tenant_bytes = 1024\n[handles]\nmax_tenant_bytes = 4096\nmax_tenant_tombstones = 100\n";
         assert!(
             refused_between(&format!("{shares}{TENANT}"), &format!("{shares}{two}")).is_empty()
         );

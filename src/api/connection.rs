@@ -8,7 +8,8 @@
 //!   ends.
 //! - **Every error answer carries the envelope.** The answers actix's parser writes itself
 //!   — 400 for a malformed request (smuggling shapes included), 431, 408 — have empty
-//!   bodies; they are rewritten with `{"error": {"code", "message"}}`. ctxd's own routes
+//!   bodies; they are rewritten with `{"error": {"code", "message"}}` (and
+//!   `X-Content-Type-Options: nosniff`, as every answer of the App). ctxd's own routes
 //!   never write an empty error (the App's middleware sees to that), and no body ctxd
 //!   writes contains a raw CRLF (JSON escapes it; metrics use bare LF), so an empty-bodied
 //!   error head in the byte stream can only be the parser's.
@@ -242,7 +243,7 @@ fn enveloped_answer(head: &str, status: u16) -> Vec<u8> {
         .unwrap_or(actix_web::http::StatusCode::BAD_REQUEST);
     let body = serde_json::to_string(&error_body(status)).unwrap_or_default();
     format!(
-        "{head}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        "{head}\r\ncontent-type: application/json\r\nx-content-type-options: nosniff\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()

@@ -3,13 +3,17 @@
 //! empty-bodied ones that actix-web produces itself, and closes every connection once the
 //! drain has started, so that no kept-alive connection outlives the server (noting each
 //! request but the probes as an arrival for the drain's quiet period). A `405` gets the
-//! `Allow` header of its path, from the OpenAPI document.
+//! `Allow` header of its path, from the OpenAPI document. Every answer says
+//! `X-Content-Type-Options: nosniff`: a browser takes each body as the type it is given
+//! (JSON stays JSON), never as a script or page it guessed from the bytes.
 
 use super::ApiState;
 use crate::contract::{ErrorBody, ErrorDetail};
 use actix_web::body::{BodySize, BoxBody, MessageBody};
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
-use actix_web::http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use actix_web::http::header::{
+    ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, X_CONTENT_TYPE_OPTIONS,
+};
 use actix_web::http::{ConnectionType, StatusCode};
 use actix_web::{HttpResponse, web};
 use std::future::Future;
@@ -70,6 +74,9 @@ where
                 .head_mut()
                 .set_connection_type(ConnectionType::Close);
         }
+        response
+            .headers_mut()
+            .insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
         Ok(response)
     }
 }

@@ -9,7 +9,16 @@
 //! `search_traces` and `get_trace` run [`traces::search_traces`] and
 //! [`traces::show_trace`] — the same parsing, limits, traces and metrics. A tool's answer
 //! is the HTTP answer's JSON as structured content; an API error is a tool error whose
-//! content is the error envelope.
+//! content is the error envelope. A tool reads its arguments as the client sent them
+//! ([`arguments`]), so a key given twice is refused as `/v1/turns` refuses it; an
+//! unknown tool is a JSON-RPC error (`-32602`, invalid params), not a tool result.
+//!
+//! `/mcp` answers only the `Host` and `Origin` values `[server] mcp_allowed_hosts` and
+//! `mcp_allowed_origins` allow (by default loopback ones): a page whose DNS name was
+//! rebound to ctxd's address is refused `403` with a JSON-RPC error, before its key is
+//! looked at.
+
+mod arguments;
 
 use super::{ApiError, ApiState, Tenant, handles, routes, traces};
 use crate::actors::Coordinator;
@@ -18,6 +27,7 @@ use crate::contract::TurnRequest;
 use actix::Addr;
 use actix_web::body::MessageBody;
 use actix_web::{HttpRequest, HttpResponse, web};
+use arguments::RawArguments;
 use http_body_util::BodyExt;
 use rmcp::ServerHandler;
 use rmcp::model::{
@@ -83,6 +93,7 @@ struct Caller {
         (status = 200, description = "The JSON-RPC answer", body = Object),
         (status = 202, description = "A notification or response was accepted"),
         (status = 400, description = "Not JSON (`BAD_REQUEST`)", body = ErrorBody),
+        (status = 403, description = "A `Host` or `Origin` that `server.mcp_allowed_hosts` / `server.mcp_allowed_origins` do not allow (DNS rebinding): a JSON-RPC error, code -32000", body = Object),
         (status = 406, description = "The `Accept` header takes neither `application/json` nor `text/event-stream`", content_type = "text/plain", body = String),
         (status = 408, description = "The body did not arrive within `server.body_timeout_ms` (`REQUEST_TIMEOUT`)", body = ErrorBody),
         (status = 413, description = "The body exceeds `server.max_body_bytes` (`PAYLOAD_TOO_LARGE`)", body = ErrorBody),
@@ -93,12 +104,16 @@ struct Caller {
     )
 )]
 async fn endpoint(
-    tenant: Tenant,
+    tenant: Result<Tenant, ApiError>,
     request: HttpRequest,
     payload: web::Payload,
     state: web::Data<ApiState>,
     coordinator: web::Data<Addr<Coordinator>>,
 ) -> Result<HttpResponse, ApiError> {
+    if let Some(refused) = refused_origin(&request, &state.mcp_access) {
+        return Ok(refused);
+    }
+    let tenant = tenant?;
     // A message is read like every JSON body: its type, size, arrival time and the drain.
     let body = if request.method() == actix_web::http::Method::POST {
         super::body::read_json_body(&request, payload, &state)
@@ -122,6 +137,9 @@ async fn endpoint(
             field: None,
             message: "the request cannot be read as an MCP message".to_owned(),
         })?;
+    if let Some(arguments) = arguments::from_http_body(&body) {
+        forwarded.extensions_mut().insert(arguments);
+    }
     forwarded.extensions_mut().insert(Caller {
         tenant: Arc::new(tenant),
         state,
@@ -133,8 +151,10 @@ async fn endpoint(
         StreamableHttpServerConfig::default()
             .with_legacy_session_mode(false)
             .with_json_response(true)
-            // The tenant's key already decided who may call: no Host allow-list.
-            .disable_allowed_hosts(),
+            // `Host` and `Origin` were checked above, against the config's lists, so
+            // that a refusal is a JSON-RPC error rather than rmcp's plain text.
+            .disable_allowed_hosts()
+            .disable_allowed_origins(),
     );
     let answer = service.handle(forwarded).await;
     let (parts, body) = answer.into_parts();
@@ -159,11 +179,54 @@ async fn endpoint(
     Ok(response.body(body.to_vec()))
 }
 
+/// The `403` for a request whose `Host` or `Origin` the config does not allow, with a
+/// JSON-RPC error body; `None` when both are allowed. A header given twice, or not as
+/// text, is not allowed. The values are not repeated: they are the page's, not ctxd's.
+fn refused_origin(
+    request: &HttpRequest,
+    access: &crate::config::McpAccess,
+) -> Option<HttpResponse> {
+    let single = |name: actix_web::http::header::HeaderName| {
+        let mut values = request.headers().get_all(name);
+        match (values.next(), values.next()) {
+            (None, _) => Ok(None),
+            (Some(value), None) => value.to_str().map(Some).map_err(|_| ()),
+            (Some(_), Some(_)) => Err(()),
+        }
+    };
+    let (header, key) = match (
+        single(actix_web::http::header::HOST),
+        single(actix_web::http::header::ORIGIN),
+    ) {
+        (Ok(host), _) if !access.allows_host(host) => ("Host", "server.mcp_allowed_hosts"),
+        (Err(()), _) => ("Host", "server.mcp_allowed_hosts"),
+        (_, Ok(origin)) if !access.allows_origin(origin) => {
+            ("Origin", "server.mcp_allowed_origins")
+        }
+        (_, Err(())) => ("Origin", "server.mcp_allowed_origins"),
+        _ => return None,
+    };
+    tracing::warn!(
+        header,
+        "mcp request refused: its {header} is not allowed ({key})"
+    );
+    Some(HttpResponse::Forbidden().json(json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": -32000,
+            "message": format!("forbidden: this {header} is not allowed on /mcp ({key}, docs/MCP.md)"),
+        },
+    })))
+}
+
 /// The tools' handler. Over HTTP it is stateless and each call finds its [`Caller`] in
 /// the request; over stdio it holds the one caller of the process.
 #[derive(Clone, Default)]
 pub(crate) struct CtxdTools {
     caller: Option<Caller>,
+    /// Over stdio: the arguments of the tool calls read from standard input, as sent.
+    seen: Option<arguments::SeenCalls>,
 }
 
 impl CtxdTools {
@@ -289,25 +352,41 @@ fn handle_request(kind: &str, mut op: Map<String, Json>) -> Result<(String, Stri
     Ok((handle, json!({"version": version, "op": op}).to_string()))
 }
 
-/// Runs one tool for `caller`.
-async fn run_tool(caller: &Caller, name: &str, arguments: Map<String, Json>) -> CallToolResult {
+/// Whether ctxd offers a tool of this name.
+fn is_tool(name: &str) -> bool {
+    matches!(name, "get_context" | "search_traces" | "get_trace")
+        || name
+            .strip_prefix("handle_")
+            .is_some_and(|kind| HANDLE_OPERATIONS.iter().any(|(k, _)| *k == kind))
+}
+
+/// Runs one tool for `caller` with its arguments' JSON text as sent: `get_context`
+/// parses it as a turn body, the others as an object that refuses a repeated key.
+async fn run_tool(caller: &Caller, name: &str, arguments: &str) -> CallToolResult {
     let tenant = caller.tenant.as_ref();
     let state = caller.state.get_ref();
+    if name == "get_context" {
+        let result = routes::answer_turn(
+            tenant,
+            arguments.as_bytes(),
+            state,
+            caller.coordinator.get_ref(),
+        )
+        .await;
+        routes::count_turn(Some(tenant), &result);
+        return match result {
+            Ok(response) => match serde_json::to_value(&response) {
+                Ok(value) => CallToolResult::structured(value),
+                Err(_) => invalid("the turn's answer cannot be encoded".to_owned()),
+            },
+            Err(error) => refused(&error),
+        };
+    }
+    let arguments = match arguments::strict_object(arguments) {
+        Ok(arguments) => arguments,
+        Err(message) => return invalid(message),
+    };
     match name {
-        "get_context" => {
-            let body = Json::Object(arguments).to_string();
-            let result =
-                routes::answer_turn(tenant, body.as_bytes(), state, caller.coordinator.get_ref())
-                    .await;
-            routes::count_turn(Some(tenant), &result);
-            match result {
-                Ok(response) => match serde_json::to_value(&response) {
-                    Ok(value) => CallToolResult::structured(value),
-                    Err(_) => invalid("the turn's answer cannot be encoded".to_owned()),
-                },
-                Err(error) => refused(&error),
-            }
-        }
         "search_traces" => {
             let query = trace_query(&arguments);
             answered(traces::search_traces(tenant, &query, state).await)
@@ -317,15 +396,14 @@ async fn run_tool(caller: &Caller, name: &str, arguments: Map<String, Json>) -> 
             None => invalid("turnId: is required, a string".to_owned()),
         },
         other => match other.strip_prefix("handle_") {
-            Some(kind) if HANDLE_OPERATIONS.iter().any(|(k, _)| *k == kind) => {
-                match handle_request(kind, arguments) {
-                    Ok((handle, body)) => {
-                        answered(handles::operate_on(tenant, &handle, body.as_bytes(), state).await)
-                    }
-                    Err(message) => invalid(message),
+            Some(kind) => match handle_request(kind, arguments) {
+                Ok((handle, body)) => {
+                    answered(handles::operate_on(tenant, &handle, body.as_bytes(), state).await)
                 }
-            }
-            _ => invalid(format!("unknown tool {other:?}")),
+                Err(message) => invalid(message),
+            },
+            // `call_tool` answers an unknown tool before running anything.
+            None => invalid(format!("unknown tool {other:?}")),
         },
     }
 }
@@ -352,19 +430,31 @@ impl ServerHandler for CtxdTools {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, rmcp::ErrorData> {
+        let name = request.name.as_ref();
+        if !is_tool(name) {
+            return Err(rmcp::ErrorData::invalid_params(
+                format!("unknown tool {name:?}: tools/list names the tools"),
+                None,
+            ));
+        }
+        let http = context.extensions.get::<http::request::Parts>();
         let caller = self
             .caller
             .clone()
             .or_else(|| {
-                context
-                    .extensions
-                    .get::<http::request::Parts>()
-                    .and_then(|parts| parts.extensions.get::<Caller>())
+                http.and_then(|parts| parts.extensions.get::<Caller>())
                     .cloned()
             })
             .ok_or_else(|| rmcp::ErrorData::internal_error("no tenant for this call", None))?;
-        let arguments = request.arguments.unwrap_or_default();
-        let result = run_tool(&caller, &request.name, arguments).await;
+        let sent = match &self.seen {
+            Some(seen) => seen.take(&context.id),
+            None => http.and_then(|parts| parts.extensions.get::<RawArguments>().cloned()),
+        };
+        let result = match sent {
+            Some(arguments) => run_tool(&caller, name, arguments.text()).await,
+            // rmcp read a call whose message ctxd could not: never run on its map.
+            None => invalid("the tool's arguments cannot be read as sent".to_owned()),
+        };
         Ok(CallToolResponse::Complete(result))
     }
 }
@@ -406,10 +496,21 @@ pub(crate) async fn serve_stdio(
         coordinator: web::Data::new(coordinator),
     };
     tracing::info!(tenant = tenant_id, "ctxd mcp serving on stdio");
+    let seen = arguments::SeenCalls::default();
     let tools = CtxdTools {
         caller: Some(caller),
+        seen: Some(seen.clone()),
     };
-    match tools.serve(rmcp::transport::stdio()).await {
+    // A message is bounded like an HTTP body (`server.max_body_bytes`); the tap notes
+    // each tool call's arguments as sent on the way to rmcp's line reader.
+    let max_line = config.server.max_body_bytes;
+    let (stdin, stdout) = rmcp::transport::stdio();
+    let transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(
+        arguments::ArgumentTap::new(stdin, max_line, seen),
+        stdout,
+    )
+    .with_max_line_length(max_line);
+    match tools.serve(transport).await {
         Ok(running) => {
             let _ = running.waiting().await;
         }

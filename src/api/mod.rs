@@ -42,7 +42,7 @@ pub(crate) use routes::parse_turn;
 pub(crate) use tenant::Tenant;
 
 use crate::actors::{Coordinator, CoordinatorSnapshot, Registry, coordinator};
-use crate::config::{Limits, ServerSettings};
+use crate::config::{Limits, McpAccess, ServerSettings};
 use actix::prelude::*;
 use actix_service::ServiceFactoryExt;
 use actix_web::{App, dev::Server, web};
@@ -67,6 +67,8 @@ pub(crate) struct ApiState {
     /// The admin key and the way to the serve loop's reloads; `None`: no admin key, and
     /// `/admin/reload` answers 404 like any unknown route.
     pub(crate) admin: Option<AdminAccess>,
+    /// The `Host` and `Origin` values `/mcp` answers.
+    pub(crate) mcp_access: McpAccess,
 }
 
 /// Bounds on a request beyond its size (`max_body_bytes` is the registry's).
@@ -95,6 +97,7 @@ impl ApiState {
             drain: drain::Drain::default(),
             replays: rate::ReplayLimiter::new(limits.replays_per_minute, limits.replay_burst),
             admin: None,
+            mcp_access: server.mcp_access.clone(),
         }
     }
 

@@ -28,8 +28,8 @@ pub(crate) use binding::{Mapping, RestAuth, RestMethod, Segment, Template};
 pub use binding::{McpBinding, McpLookup, McpTransport};
 pub(crate) use env::EnvVars;
 pub(crate) use server::{
-    ApiKey, EnvironmentNeed, Limits, MetricsSettings, ServerConfig, ServerSettings, TenantConfig,
-    TraceSettings, TraceStore,
+    ApiKey, EnvironmentNeed, Limits, McpAccess, MetricsSettings, ServerConfig, ServerSettings,
+    TenantConfig, TraceSettings, TraceStore,
 };
 pub(crate) use trace_store::DigestKeySource;
 

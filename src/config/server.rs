@@ -15,10 +15,12 @@ use std::time::Duration;
 
 mod cache;
 mod handle_store;
+mod mcp_access;
 mod serving;
 
 pub(crate) use cache::CacheMemory;
 use cache::{RawCache, check_cache};
+pub(crate) use mcp_access::McpAccess;
 pub(crate) use serving::{Limits, ServerSettings};
 use serving::{RawLimits, RawServer, check_limits, check_server};
 
@@ -185,7 +187,8 @@ impl ServerConfig {
 
     /// What the environment lacks for this config: tenant API keys by env reference set
     /// and non-empty, the digest key set unless a generated key is allowed, and no API
-    /// key shared by two tenants once env keys are known. Values are never shown.
+    /// key shared by two tenants, or by a tenant and the admin, once env keys are known.
+    /// Values are never shown.
     pub(crate) fn environment_problems(&self, env: &EnvVars) -> Vec<EnvironmentProblem> {
         let mut found = Vec::new();
         for (i, tenant) in self.tenants.iter().enumerate() {
@@ -245,6 +248,29 @@ impl ServerConfig {
                 found.push(EnvironmentProblem {
                     need: EnvironmentNeed::TraceStore,
                     problem: Problem::new("trace.store_env", message),
+                });
+            }
+        }
+        if let Some(admin) = self
+            .server
+            .admin_key
+            .as_ref()
+            .and_then(|key| key.sha256(env))
+        {
+            // Two hashes were compared at load; a key read from the env is compared here.
+            let shared = self.tenants.iter().find(|tenant| {
+                let from_env = matches!(tenant.api_key, ApiKey::Env(_))
+                    || matches!(self.server.admin_key, Some(ApiKey::Env(_)));
+                from_env && tenant.api_key.sha256(env) == Some(admin)
+            });
+            if let Some(tenant) = shared {
+                let path = match self.server.admin_key {
+                    Some(ApiKey::Env(_)) => "server.admin_key_env",
+                    _ => "server.admin_key_sha256",
+                };
+                found.push(EnvironmentProblem {
+                    need: EnvironmentNeed::Admin,
+                    problem: Problem::new(path, admin_key_shared(&tenant.id)),
                 });
             }
         }
@@ -318,6 +344,7 @@ struct RawHandles {
     max_total_bytes: Option<i64>,
     max_tenant_bytes: Option<i64>,
     max_tombstones: Option<i64>,
+    max_tenant_tombstones: Option<i64>,
     default_max_results: Option<i64>,
     max_results_cap: Option<i64>,
     default_max_bytes: Option<i64>,
@@ -401,6 +428,9 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<ServerConfig, 
     let cache = optional_section::<RawCache>(&mut problems, &mut table, "cache")
         .and_then(|raw| check_cache(&mut problems, raw, tenant_count));
     let tenants = check_tenants(&mut problems, table.remove("tenants"), base_dir);
+    if let Some(server) = &server {
+        check_admin_key_is_no_tenant_key(&mut problems, server, &tenants);
+    }
 
     match (server, trace, metrics, limits, handles, cache, handle_store) {
         (
@@ -425,6 +455,31 @@ fn parse_named(text: &str, base_dir: &Path, file: &str) -> Result<ServerConfig, 
         }),
         _ => Err(ConfigErrors::new(file, problems.into_screened())),
     }
+}
+
+/// The admin key reloads the whole deployment: a tenant's key must not do that too. Two
+/// hashes are compared here; a key read from the environment by
+/// [`ServerConfig::environment_problems`].
+fn check_admin_key_is_no_tenant_key(
+    problems: &mut Problems,
+    server: &ServerSettings,
+    tenants: &[TenantConfig],
+) {
+    let Some(ApiKey::Sha256(admin)) = &server.admin_key else {
+        return;
+    };
+    if let Some(tenant) = tenants
+        .iter()
+        .find(|tenant| tenant.api_key == ApiKey::Sha256(*admin))
+    {
+        problems.add("server.admin_key_sha256", admin_key_shared(&tenant.id));
+    }
+}
+
+fn admin_key_shared(tenant: &str) -> String {
+    format!(
+        "is the API key of tenant {tenant:?}: the admin key reloads the deployment, so it must differ from every tenant's key"
+    )
 }
 
 fn check_trace(problems: &mut Problems, raw: RawTrace, base_dir: &Path) -> Option<TraceSettings> {
@@ -514,12 +569,12 @@ fn check_trace(problems: &mut Problems, raw: RawTrace, base_dir: &Path) -> Optio
 
 /// `[handles]`: every default within its cap, every cap within its range, every
 /// tenant's share within the store. Defaults are those of [`HandleSettings::default`],
-/// except `max_tenant_bytes`: an equal share of `max_total_bytes` for each of the
-/// `tenants`.
+/// except the shares `max_tenant_bytes` and `max_tenant_tombstones`: an equal part of
+/// `max_total_bytes` and `max_tombstones` for each of the `tenant_count` tenants.
 fn check_handles(
     problems: &mut Problems,
     raw: RawHandles,
-    tenants: usize,
+    tenant_count: usize,
 ) -> Option<HandleSettings> {
     let defaults = HandleSettings::default();
     let before = problems.len();
@@ -552,7 +607,7 @@ fn check_handles(
             "handles",
             ("max_total_bytes", total),
             raw.max_tenant_bytes,
-            tenants,
+            tenant_count,
             "evicts another's handles",
         )
     });
@@ -563,6 +618,9 @@ fn check_handles(
         defaults.max_tombstones as u64,
         HANDLE_TOMBSTONES_RANGE,
     );
+    let max_tenant_tombstones = max_tombstones.and_then(|total| {
+        tenant_tombstones(problems, total, raw.max_tenant_tombstones, tenant_count)
+    });
     let results_cap = int(
         problems,
         "max_results_cap",
@@ -634,6 +692,7 @@ fn check_handles(
         max_total_bytes: max_total_bytes? as usize,
         max_tenant_bytes: max_tenant_bytes? as usize,
         max_tombstones: max_tombstones? as usize,
+        max_tenant_tombstones: max_tenant_tombstones? as usize,
         limits: LimitSettings {
             default_max_results: default_results? as usize,
             max_results_cap: results_cap? as usize,
@@ -664,6 +723,31 @@ fn tenant_share(
         problems.add(
             &path,
             format!("{tenants} tenants × {share} bytes is more than {section}.{total_key} ({total}): each tenant's share must fit in the store, so that no tenant {evicts} — use at most {}", total / tenants),
+        );
+        return None;
+    }
+    Some(share)
+}
+
+/// `handles.max_tenant_tombstones`: as written, or an equal part of `max_tombstones`
+/// (`total`) for each of `tenants`; every tenant's share must fit in the total. 0 keeps
+/// none (a deleted id is at once `unknown_handle`).
+fn tenant_tombstones(
+    problems: &mut Problems,
+    total: i64,
+    written: Option<i64>,
+    tenants: usize,
+) -> Option<i64> {
+    let tenants = tenants.max(1) as i64;
+    let path = "handles.max_tenant_tombstones";
+    let share = problems.int_in(path, written.unwrap_or(total / tenants), 0..=total)?;
+    if share.saturating_mul(tenants) > total {
+        problems.add(
+            path,
+            format!(
+                "{tenants} tenants × {share} tombstones is more than handles.max_tombstones ({total}): each tenant's share must fit, so that no tenant's deletes forget another's tombstones — use at most {}",
+                total / tenants
+            ),
         );
         return None;
     }
@@ -1329,6 +1413,7 @@ mod tests {
                 max_total_bytes: 268_435_456,
                 max_tenant_bytes: 268_435_456,
                 max_tombstones: 5,
+                max_tenant_tombstones: 5,
                 limits: LimitSettings {
                     default_max_results: 10,
                     max_results_cap: 20,
@@ -1468,6 +1553,54 @@ max_tenant_bytes = 400000
             &format!("[handles]\nmax_total_bytes = 3000000\nmax_tenant_bytes = 1000001\n{three}"),
             "handles.max_tenant_bytes",
             "3 tenants × 1000001 bytes is more than handles.max_total_bytes (3000000)",
+        );
+    }
+
+    #[test]
+    fn each_tenant_has_its_own_share_of_tombstones() {
+        let three = format!(
+            "{}{}{}",
+            minimal(),
+            tenant(
+                "globex",
+                &format!("api_key_sha256 = {:?}", hash_of("key-b"))
+            ),
+            tenant(
+                "initech",
+                &format!("api_key_sha256 = {:?}", hash_of("key-c"))
+            )
+        );
+        assert_eq!(
+            parse(&minimal()).unwrap().handles.max_tenant_tombstones,
+            100_000,
+            "one tenant: all of them"
+        );
+        let handles = parse(&format!("[handles]\nmax_tombstones = 3000\n{three}"))
+            .unwrap()
+            .handles;
+        assert_eq!(
+            (handles.max_tombstones, handles.max_tenant_tombstones),
+            (3000, 1000)
+        );
+        let handles = parse(&format!(
+            "[handles]\nmax_tombstones = 3000\nmax_tenant_tombstones = 10\n{three}"
+        ))
+        .unwrap()
+        .handles;
+        assert_eq!(handles.max_tenant_tombstones, 10);
+        let handles = parse(&format!("[handles]\nmax_tenant_tombstones = 0\n{three}"))
+            .unwrap()
+            .handles;
+        assert_eq!(handles.max_tenant_tombstones, 0);
+        assert_problem(
+            &format!("[handles]\nmax_tombstones = 3000\nmax_tenant_tombstones = 1001\n{three}"),
+            "handles.max_tenant_tombstones",
+            "3 tenants × 1001 tombstones is more than handles.max_tombstones (3000)",
+        );
+        assert_problem(
+            &format!("[handles]\nmax_tombstones = 3000\nmax_tenant_tombstones = 3001\n{three}"),
+            "handles.max_tenant_tombstones",
+            "use 0..=3000",
         );
     }
 

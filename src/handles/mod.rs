@@ -160,9 +160,13 @@ pub(crate) struct HandleSettings {
     /// recently used handles are evicted, never another tenant's. The config defaults it
     /// to an equal share of `max_total_bytes` and refuses shares that do not fit in it.
     pub(crate) max_tenant_bytes: usize,
-    /// Tombstones kept; the oldest are forgotten beyond it (their ids become
-    /// `unknown_handle`).
+    /// Tombstones kept across all tenants: the tenants' shares fit in it.
     pub(crate) max_tombstones: usize,
+    /// Tombstones one tenant keeps (its share): beyond it that tenant's oldest are
+    /// forgotten (their ids become `unknown_handle`), never another tenant's. The config
+    /// defaults it to an equal share of `max_tombstones` and refuses shares that do not
+    /// fit in it.
+    pub(crate) max_tenant_tombstones: usize,
     pub(crate) limits: LimitSettings,
 }
 
@@ -174,6 +178,7 @@ impl Default for HandleSettings {
             // A store with one tenant: the whole store is its share.
             max_tenant_bytes: 268_435_456,
             max_tombstones: 100_000,
+            max_tenant_tombstones: 100_000,
             limits: LimitSettings::default(),
         }
     }

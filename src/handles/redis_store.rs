@@ -2,6 +2,8 @@
 //! tenant's share with LRU eviction inside it, tombstones, tenant scoping, per-handle
 //! monotonic sequences), kept in one Redis shared by every replica.
 //!
+//! - **Tombstones per tenant.** A burial forgets the oldest tombstones of its own
+//!   tenant beyond the tenant's share (`max_tenant_tombstones`), never another's.
 //! - **Atomic by construction.** Every state change is one Lua script
 //!   (`redis_store/*.lua`, sharing `prelude.lua`): a registration checks room, evicts
 //!   and inserts with the byte counters; an operation sweeps, resolves the handle, takes
@@ -60,6 +62,21 @@ impl RedisSettings {
 /// The key layout, `{prefix}:…`, for the docs and for tests that scan the key space.
 /// Tenant ids and handle ids contain no `:`, so every key parses back unambiguously.
 pub(crate) mod key_layout {
+    /// The part after the prefix that says what a key holds. A prefix with one of these
+    /// after a `:` (`P:bytes`) would nest in the keys of another deployment's prefix
+    /// (`P`'s `P:bytes:{tenant}`), so the config refuses it.
+    pub(crate) const KINDS: &[&str] = &[
+        "h",
+        "m",
+        "lru",
+        "bytes",
+        "tombs",
+        "total",
+        "expiry",
+        "tombstones",
+        "clock",
+    ];
+
     /// A handle's record (hash: version, bytes, expires, seq, state), live or tombstone.
     pub(crate) fn record(prefix: &str, tenant: &str, id: &str) -> String {
         format!("{prefix}:h:{tenant}:{id}")
@@ -78,6 +95,12 @@ pub(crate) mod key_layout {
     #[cfg(test)]
     pub(crate) fn tenant_bytes(prefix: &str, tenant: &str) -> String {
         format!("{prefix}:bytes:{tenant}")
+    }
+    /// A tenant's tombstones by burial time (sorted set of ids): forgetting by count,
+    /// within the tenant's share.
+    #[cfg(test)]
+    pub(crate) fn tenant_tombstones(prefix: &str, tenant: &str) -> String {
+        format!("{prefix}:tombs:{tenant}")
     }
     /// Bytes of every live handle, `{prefix}:total`; live handles by expiry,
     /// `{prefix}:expiry`; tombstones by burial time, `{prefix}:tombstones`; the LRU
@@ -294,7 +317,7 @@ impl RedisStore {
         invocation
             .arg(&self.redis.key_prefix)
             .arg(self.redis.tombstone_ttl.as_millis() as u64)
-            .arg(self.settings.max_tombstones as u64)
+            .arg(self.settings.max_tenant_tombstones as u64)
             .arg(tenant)
             .arg(id);
         for value in extra {
@@ -594,17 +617,29 @@ mod tests {
         );
         assert_eq!(key_layout::lru("p", "acme"), "p:lru:acme");
         assert_eq!(key_layout::tenant_bytes("p", "acme"), "p:bytes:acme");
+        assert_eq!(key_layout::tenant_tombstones("p", "acme"), "p:tombs:acme");
         // The scripts build the same keys.
         for fragment in [
             "':h:' .. tenant .. ':' .. id",
             "':m:' .. tenant .. ':' .. id",
             "':lru:' .. tenant",
             "':bytes:' .. tenant",
+            "':tombs:' .. tenant",
         ] {
             assert!(PRELUDE.contains(fragment), "{fragment}");
         }
         for shared in key_layout::SHARED {
             assert!(PRELUDE.contains(&format!("':{shared}'")), "{shared}");
+        }
+        // Every kind of key the scripts build is one the config keeps prefixes from.
+        let built = regex::Regex::new(r"P \.\. ':([a-z]+):?'").unwrap();
+        let kinds: Vec<&str> = built
+            .captures_iter(PRELUDE)
+            .map(|found| found.get(1).unwrap().as_str())
+            .collect();
+        assert_eq!(kinds.len(), key_layout::KINDS.len(), "{kinds:?}");
+        for kind in kinds {
+            assert!(key_layout::KINDS.contains(&kind), "{kind}");
         }
     }
 

@@ -10,8 +10,11 @@
 //!   traffic can make another's handles stale. The shares fit inside `max_total_bytes`
 //!   (the config refuses more tenants × share than that); should they not, a
 //!   registration that the tenant's own handles cannot make room for is refused, still
-//!   without evicting anyone else's. Tombstones are capped by `max_tombstones`: the
-//!   oldest are forgotten, and a forgotten id answers `unknown_handle`.
+//!   without evicting anyone else's. Tombstones are capped per tenant too,
+//!   `max_tenant_tombstones`: a burial beyond it forgets that tenant's oldest (a
+//!   forgotten id answers `unknown_handle`), so no tenant's deletes, expiries or
+//!   evictions can turn another's `stale_handle` into `unknown_handle`; the shares fit
+//!   inside `max_tombstones`.
 //! - **Expiry.** A handle lives `ttl` from its registration (use does not extend it).
 //!   Every call first sweeps what has expired (an ordered index, so a sweep costs only
 //!   what it removes); with no traffic at all, expired material stays until the next
@@ -109,8 +112,9 @@ struct Inner {
     clock: u64,
     total_bytes: usize,
     tombstones: HashMap<String, Tombstone>,
-    /// Tombstone ids, oldest first: the forgetting order.
-    tombstone_order: VecDeque<String>,
+    /// Per tenant, its tombstone ids, oldest first: the forgetting order, which never
+    /// crosses tenants.
+    tombstone_order: HashMap<String, VecDeque<String>>,
 }
 
 /// The store. `Send + Sync`; shared by every worker through the `Registry`.
@@ -309,13 +313,12 @@ impl MemoryStore {
         let mut inner = self.lock();
         self.sweep_locked(&mut inner, now);
         if inner.live.get(id).is_some_and(|e| e.tenant == tenant) {
-            let version = self.bury(&mut inner, id, StaleReason::Deleted);
-            let tombstone = inner
-                .tombstones
-                .get_mut(id)
-                .expect("a handle just buried has a tombstone");
-            let sequence = tombstone.next_sequence;
-            tombstone.next_sequence += 1;
+            let (version, sequence) = self.bury(&mut inner, id, StaleReason::Deleted);
+            // The delete takes the handle's next sequence number; its tombstone (unless
+            // the tenant keeps none) gives the one after.
+            if let Some(tombstone) = inner.tombstones.get_mut(id) {
+                tombstone.next_sequence += 1;
+            }
             return Attempt::Held {
                 sequence,
                 version,
@@ -384,9 +387,9 @@ impl MemoryStore {
         swept
     }
 
-    /// Removes a live handle from every index and leaves its tombstone; returns its
-    /// version.
-    fn bury(&self, inner: &mut Inner, id: &str, reason: StaleReason) -> u64 {
+    /// Removes a live handle from every index and leaves its tombstone, forgetting the
+    /// tenant's oldest beyond its share; returns its version and next sequence number.
+    fn bury(&self, inner: &mut Inner, id: &str, reason: StaleReason) -> (u64, u64) {
         let entry = inner
             .live
             .remove(id)
@@ -405,22 +408,37 @@ impl MemoryStore {
                 inner.tenant_bytes.remove(&entry.tenant);
             }
         }
-        inner.tombstones.insert(
-            id.to_owned(),
-            Tombstone {
-                tenant: entry.tenant,
-                version: entry.version,
-                reason,
-                next_sequence: entry.next_sequence,
-            },
-        );
-        inner.tombstone_order.push_back(id.to_owned());
-        while inner.tombstone_order.len() > self.settings.max_tombstones {
-            if let Some(oldest) = inner.tombstone_order.pop_front() {
-                inner.tombstones.remove(&oldest);
+        let order = inner
+            .tombstone_order
+            .entry(entry.tenant.clone())
+            .or_default();
+        order.push_back(id.to_owned());
+        let mut forgotten = Vec::new();
+        while order.len() > self.settings.max_tenant_tombstones {
+            match order.pop_front() {
+                Some(oldest) => forgotten.push(oldest),
+                None => break,
             }
         }
-        entry.version
+        if order.is_empty() {
+            inner.tombstone_order.remove(&entry.tenant);
+        }
+        for oldest in forgotten {
+            inner.tombstones.remove(&oldest);
+        }
+        let buried = (entry.version, entry.next_sequence);
+        if inner.tombstone_order.contains_key(&entry.tenant) {
+            inner.tombstones.insert(
+                id.to_owned(),
+                Tombstone {
+                    tenant: entry.tenant,
+                    version: entry.version,
+                    reason,
+                    next_sequence: entry.next_sequence,
+                },
+            );
+        }
+        buried
     }
 }
 
@@ -449,6 +467,7 @@ mod tests {
             max_total_bytes,
             max_tenant_bytes: max_total_bytes,
             max_tombstones,
+            max_tenant_tombstones: max_tombstones,
             ..HandleSettings::default()
         }
     }
@@ -695,6 +714,53 @@ mod tests {
             stale(&store.begin("acme", &ids[2], Some(1), now)),
             (StaleReason::Deleted, 1)
         );
+    }
+
+    #[test]
+    fn one_tenants_burials_never_forget_anothers_tombstones() {
+        let store = MemoryStore::new(HandleSettings {
+            max_tombstones: 6,
+            max_tenant_tombstones: 3,
+            ..settings(100_000, 6)
+        });
+        let t0 = Instant::now();
+        let theirs = store.register("globex", text(1), t0).unwrap();
+        outcome(store.delete("globex", &theirs.id, t0)).unwrap();
+        // acme buries many: deleted, expired and evicted.
+        let mut mine = Vec::new();
+        for _ in 0..20 {
+            let handle = store.register("acme", text(1), t0).unwrap();
+            outcome(store.delete("acme", &handle.id, t0)).unwrap();
+            mine.push(handle.id);
+        }
+        for _ in 0..5 {
+            store.register("acme", text(1), t0).unwrap();
+        }
+        assert_eq!(store.sweep(t0 + Duration::from_secs(61)), 5);
+        assert_eq!(
+            stale(&store.begin("globex", &theirs.id, Some(1), t0)),
+            (StaleReason::Deleted, 1),
+            "globex's tombstone outlives acme's burials"
+        );
+        assert!(store.is_known("globex", &theirs.id));
+        // acme keeps its own newest three, no more.
+        assert_eq!(store.snapshot().tombstones, 1 + 3);
+        assert!(unknown(&store.begin("acme", &mine[19], Some(1), t0)));
+    }
+
+    #[test]
+    fn a_tenant_share_of_no_tombstones_forgets_at_once_and_deletes_still_answer() {
+        let store = MemoryStore::new(HandleSettings {
+            max_tenant_tombstones: 0,
+            ..settings(1000, 0)
+        });
+        let now = Instant::now();
+        let handle = store.register("acme", text(1), now).unwrap();
+        let deleted = store.delete("acme", &handle.id, now);
+        assert_eq!(sequence(&deleted), Some(1));
+        assert!(outcome(deleted).is_ok());
+        assert!(unknown(&store.begin("acme", &handle.id, Some(1), now)));
+        assert_eq!(store.snapshot().tombstones, 0);
     }
 
     #[test]

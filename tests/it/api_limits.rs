@@ -747,3 +747,106 @@ async fn a_draining_server_answers_new_connections_503() {
     assert!(exit.success(), "{exit:?}\n{}", ctxd.logs());
     assert!(ctxd.logs().contains("drained"), "{}", ctxd.logs());
 }
+
+/// Every answer tells a browser not to guess its type: routes, errors of the App and of
+/// the parser below it, metrics, the UI, the OpenAPI document and `/mcp`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_says_nosniff() {
+    let provider = ProviderServer::new().start().await;
+    let (_deployment, ctxd) = start_with(&provider, "header_timeout_ms = 2000", "");
+    let nosniff = |what: &str, response: &reqwest::Response| {
+        assert_eq!(
+            response
+                .headers()
+                .get("x-content-type-options")
+                .and_then(|v| v.to_str().ok()),
+            Some("nosniff"),
+            "{what}: {:?}",
+            response.headers()
+        );
+    };
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    for (what, path, status) in [
+        ("liveness", "/healthz", 200),
+        ("readiness", "/readyz", 200),
+        ("metrics", "/metrics", 200),
+        ("the OpenAPI document", "/openapi.json", 200),
+        ("the trace explorer", "/ui/", 200),
+        ("the explorer's redirect", "/ui", 308),
+        ("an unknown route", "/nowhere", 404),
+        ("a wrong method", "/v1/turns", 405),
+        ("no key", "/v1/traces", 401),
+    ] {
+        let response = no_redirects.get(ctxd.url(path)).send().await.unwrap();
+        assert_eq!(response.status().as_u16(), status, "{what}");
+        nosniff(what, &response);
+    }
+    let answered = client()
+        .post(ctxd.url("/v1/turns"))
+        .bearer_auth(KEY)
+        .json(&lookup("CUST-4242"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status().as_u16(), 200);
+    nosniff("a turn", &answered);
+    let refused = client()
+        .post(ctxd.url("/v1/turns"))
+        .bearer_auth(KEY)
+        .header("content-type", "application/json")
+        .body("{")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 400);
+    nosniff("a refused turn", &refused);
+    for (what, host) in [
+        ("an MCP answer", "127.0.0.1"),
+        ("a refused MCP call", "evil.example"),
+    ] {
+        let response = client()
+            .post(ctxd.url("/mcp"))
+            .bearer_auth(KEY)
+            .header("host", host)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+            .send()
+            .await
+            .unwrap();
+        nosniff(what, &response);
+    }
+    // The parser's own errors, rewritten below the App.
+    let address = address(&ctxd);
+    for request in [
+        b"GET / HTTP/9.9 what\r\n\r\n".to_vec(),
+        format!(
+            "GET /healthz HTTP/1.1\r\nHost: ctxd\r\n{}\r\n",
+            (0..200)
+                .map(|i| format!("X-H{i}: v\r\n"))
+                .collect::<String>()
+        )
+        .into_bytes(),
+    ] {
+        let answer = raw(&address, &request).await;
+        assert!(
+            answer.head.contains("x-content-type-options: nosniff"),
+            "{answer:?}"
+        );
+    }
+    let timed_out = raw_parts(
+        &address,
+        &[b"GET /healthz HTTP/1.1\r\n"],
+        Duration::ZERO,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(timed_out.status, 408);
+    assert!(
+        timed_out.head.contains("x-content-type-options: nosniff"),
+        "{timed_out:?}"
+    );
+}

@@ -681,3 +681,36 @@ async fn capabilities_and_metrics_are_declared() {
     }
     assert!(!metrics.contains(id), "no handle id in a label");
 }
+
+/// One tenant's burials never forget another's tombstones: `max_tombstones = 4` is 2 per
+/// tenant; globex deletes one handle, then acme deletes five — globex's id still answers
+/// `stale_handle`, and only acme's own oldest became `unknown_handle`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenants_deletes_never_forget_anothers_tombstones() {
+    let server = provider().await;
+    let deployment = deployment(&server, "max_tombstones = 4");
+    let ctxd = Ctxd::start(&deployment.config, &[], &[]);
+    let metadata = json!({"version": 1, "op": {"kind": "metadata"}});
+    let (_, theirs) = handle_from_turn(&ctxd, OTHER_KEY).await;
+    let theirs = theirs["id"].as_str().unwrap().to_owned();
+    assert_eq!(delete(&ctxd, OTHER_KEY, &theirs).await.0, 200);
+    let mut mine = Vec::new();
+    for _ in 0..5 {
+        let (_, handle) = handle_from_turn(&ctxd, KEY).await;
+        let id = handle["id"].as_str().unwrap().to_owned();
+        assert_eq!(delete(&ctxd, KEY, &id).await.0, 200);
+        mine.push(id);
+    }
+    let (status, answer) = op(&ctxd, OTHER_KEY, &theirs, metadata.clone()).await;
+    assert_eq!(
+        (status, error_code(&answer)),
+        (410, "stale_handle"),
+        "{answer:#}"
+    );
+    assert_eq!(answer["error"]["reason"], "deleted");
+    // acme keeps its own share, its newest two.
+    let (status, answer) = op(&ctxd, KEY, &mine[4], metadata.clone()).await;
+    assert_eq!((status, error_code(&answer)), (410, "stale_handle"));
+    let (status, answer) = op(&ctxd, KEY, &mine[0], metadata).await;
+    assert_eq!((status, error_code(&answer)), (404, "unknown_handle"));
+}

@@ -39,7 +39,9 @@ impl Prefix {
         let mut bytes = [0u8; 6];
         getrandom::fill(&mut bytes).unwrap();
         Prefix {
-            name: format!("ctxd-test:{test}:{}", hex::encode(bytes)),
+            // One part after `ctxd-test:`: a test named like a kind of key (`expiry`)
+            // would otherwise nest in the keys of the prefix `ctxd-test`.
+            name: format!("ctxd-test:{test}-{}", hex::encode(bytes)),
             url: url.to_owned(),
         }
     }
@@ -467,7 +469,7 @@ async fn keys_name_only_the_prefix_the_tenant_and_the_handle() {
     assert_eq!(delete(&replicas.a, OTHER_KEY, deleted).await.0, 200);
     let keys = prefix.keys();
     let layout = regex::Regex::new(&format!(
-        "^{}:(?:(?:h|m):(?:acme|globex):h_[0-9a-f]{{32}}|(?:lru|bytes):(?:acme|globex)|total|expiry|tombstones|clock)$",
+        "^{}:(?:(?:h|m):(?:acme|globex):h_[0-9a-f]{{32}}|(?:lru|bytes|tombs):(?:acme|globex)|total|expiry|tombstones|clock)$",
         regex::escape(&prefix.name)
     ))
     .unwrap();
@@ -580,10 +582,8 @@ fn refused_start(config: &std::path::Path, env: &[(&str, &str)]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_password_comes_from_the_environment_and_an_outage_answers_503() {
     const PASSWORD: &str = "redis-test-pw-7f3a9c";
-    let Some(own) = OwnRedis::start(None, PASSWORD) else {
-        eprintln!("redis-server is not on PATH: only the refusals are tested");
-        return;
-    };
+    let own = OwnRedis::start(None, PASSWORD)
+        .expect("redis-server is on PATH: this test runs a Redis of its own with a password");
     let server = provider().await;
     let url = own.url();
     let secured = |extra: &str| {
@@ -727,10 +727,13 @@ async fn the_password_comes_from_the_environment_and_an_outage_answers_503() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_oldest_tombstones_are_forgotten_beyond_max_tombstones() {
+async fn the_oldest_tombstones_are_forgotten_beyond_the_tenants_share() {
     let prefix = Prefix::new("tombstones");
     let server = provider().await;
-    let replicas = replicas(&server, &redis_handles(&prefix, "max_tombstones = 1\n"));
+    let replicas = replicas(
+        &server,
+        &redis_handles(&prefix, "max_tenant_tombstones = 1\n"),
+    );
     let (a, b) = (&replicas.a, &replicas.b);
     let (_, first) = handle_from_turn(a, KEY).await;
     let (_, second) = handle_from_turn(b, KEY).await;
@@ -756,4 +759,57 @@ async fn the_oldest_tombstones_are_forgotten_beyond_max_tombstones() {
         );
     }
     assert!(!prefix.keys().iter().any(|key| key.ends_with(first)));
+}
+
+/// Tombstones are kept per tenant in Redis too: with `max_tombstones = 4` (2 per tenant),
+/// acme's five deletes through both replicas leave globex's tombstone in place
+/// (`stale_handle`, not `unknown_handle`); acme's oldest are forgotten, keys and all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenants_deletes_never_forget_anothers_tombstones() {
+    let prefix = Prefix::new("tenant-tombstones");
+    let server = provider().await;
+    let replicas = replicas(&server, &redis_handles(&prefix, "max_tombstones = 4\n"));
+    let (a, b) = (&replicas.a, &replicas.b);
+    let (_, theirs) = handle_from_turn(a, OTHER_KEY).await;
+    let theirs = theirs["id"].as_str().unwrap().to_owned();
+    assert_eq!(delete(b, OTHER_KEY, &theirs).await.0, 200);
+    let mut mine = Vec::new();
+    for i in 0..5 {
+        let (make, remove) = if i % 2 == 0 { (a, b) } else { (b, a) };
+        let (_, handle) = handle_from_turn(make, KEY).await;
+        let id = handle["id"].as_str().unwrap().to_owned();
+        assert_eq!(delete(remove, KEY, &id).await.0, 200);
+        mine.push(id);
+    }
+    for replica in [a, b] {
+        let (status, body) = op(replica, OTHER_KEY, &theirs, metadata()).await;
+        assert_eq!(
+            (status, error_code(&body)),
+            (410, "stale_handle"),
+            "{body:#}"
+        );
+        let (status, body) = op(replica, KEY, &mine[4], metadata()).await;
+        assert_eq!(
+            (status, error_code(&body)),
+            (410, "stale_handle"),
+            "{body:#}"
+        );
+        let (status, body) = op(replica, KEY, &mine[0], metadata()).await;
+        assert_eq!(
+            (status, error_code(&body)),
+            (404, "unknown_handle"),
+            "{body:#}"
+        );
+    }
+    let keys = prefix.keys();
+    for forgotten in &mine[..3] {
+        assert!(
+            !keys.iter().any(|key| key.ends_with(forgotten.as_str())),
+            "{keys:?}"
+        );
+    }
+    assert!(
+        keys.iter().any(|key| key.ends_with(theirs.as_str())),
+        "{keys:?}"
+    );
 }

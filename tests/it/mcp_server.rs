@@ -356,3 +356,314 @@ fn ctxd_mcp_refuses_an_unknown_tenant() {
         "{stderr}"
     );
 }
+
+/// One JSON-RPC message to `/mcp` over plain HTTP (stateless: no `initialize` first),
+/// `body` sent as written, with the tenant's key and `headers`; the status and the body.
+async fn mcp_post(ctxd: &Ctxd, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
+    let mut request = client()
+        .post(ctxd.url("/mcp"))
+        .bearer_auth(KEY)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(body.to_owned());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+fn tool_call(id: u32, name: &str, arguments: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{arguments}}}}}"#
+    )
+}
+
+/// A tool's error envelope: `result.structuredContent.error` of a tool result that is an
+/// error.
+fn tool_error(answer: &Value) -> &Value {
+    assert_eq!(answer["result"]["isError"], true, "{answer:#}");
+    &answer["result"]["structuredContent"]["error"]
+}
+
+async fn logs_deployment(revision: &str, server_extra: &str) -> (RunningProvider, Deployment) {
+    let server = logs_provider().await;
+    let binding = format!(
+        "revision = \"{revision}\"\n[providers.logs]\ntype = \"http\"\nendpoint = \"{}\"\n",
+        server.url()
+    );
+    let tenants = [TenantSpec::new("acme", KEY, project(), binding)];
+    (server, Deployment::with_server(&tenants, server_extra))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_arguments_with_a_key_given_twice_are_refused_as_v1_turns_refuses_them() {
+    let (server, deployment) = logs_deployment("m5", "").await;
+    let ctxd = Ctxd::start(&deployment.config, &[], &[]);
+    let twice_in_inputs =
+        r#"{"project":"acme","inputs":{"customerId":"CUST-7001","customerId":"CUST-7002"}}"#;
+    let twice_at_the_top =
+        r#"{"project":"globex","project":"acme","inputs":{"customerId":"CUST-7001"}}"#;
+    for (arguments, field, needle) in [
+        (
+            twice_in_inputs,
+            json!("inputs"),
+            r#"duplicate key "customerId""#,
+        ),
+        (twice_at_the_top, Value::Null, "duplicate field `project`"),
+    ] {
+        let (status, answer) = mcp_post(&ctxd, &[], &tool_call(7, "get_context", arguments)).await;
+        assert_eq!(status, 200, "{answer:#}");
+        let error = tool_error(&answer);
+        assert_eq!(error["code"], "BAD_REQUEST", "{answer:#}");
+        assert_eq!(error["field"], field, "{answer:#}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{message}");
+        assert!(
+            !message.contains("CUST-700"),
+            "no value is repeated: {message}"
+        );
+        // The same words as POST /v1/turns for the same body.
+        let response = client()
+            .post(ctxd.url("/v1/turns"))
+            .bearer_auth(KEY)
+            .header("Content-Type", "application/json")
+            .body(arguments.to_owned())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 400);
+        let http: Value = response.json().await.unwrap();
+        assert_eq!(http["error"], *error, "{http:#}");
+    }
+    assert_eq!(server.lookups(), 0, "no turn ran on either value");
+
+    // Every tool reads its arguments as sent.
+    let (_, answer) = mcp_post(
+        &ctxd,
+        &[],
+        &tool_call(
+            8,
+            "handle_search",
+            &format!(
+                r#"{{"handle":"h_{}","pattern":"a","pattern":"b"}}"#,
+                "0".repeat(32)
+            ),
+        ),
+    )
+    .await;
+    let error = tool_error(&answer);
+    assert_eq!(error["code"], "BAD_REQUEST", "{answer:#}");
+    assert_eq!(error["message"], "duplicate field `pattern`", "{answer:#}");
+
+    // The same call with each key once runs the turn.
+    let once = r#"{"project":"acme","inputs":{"customerId":"CUST-7001"}}"#;
+    let (status, answer) = mcp_post(&ctxd, &[], &tool_call(9, "get_context", once)).await;
+    assert_eq!(status, 200, "{answer:#}");
+    assert_eq!(answer["result"]["isError"], false, "{answer:#}");
+    assert_eq!(
+        provider(&answer["result"]["structuredContent"], "logs")["status"],
+        "OK"
+    );
+    assert_eq!(server.lookups(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_tool_is_a_json_rpc_invalid_params_error() {
+    let (server, deployment) = logs_deployment("m6", "").await;
+    let ctxd = Ctxd::start(&deployment.config, &[], &[]);
+    for name in ["no_such_tool", "handle_frobnicate", "get_context2"] {
+        let (status, answer) = mcp_post(&ctxd, &[], &tool_call(3, name, "{}")).await;
+        assert_eq!(status, 200, "{answer:#}");
+        assert_eq!(answer["id"], 3, "{answer:#}");
+        assert_eq!(answer["error"]["code"], -32602, "{name}: {answer:#}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("unknown tool"),
+            "{answer:#}"
+        );
+        assert!(
+            answer.get("result").is_none(),
+            "not a tool result: {answer:#}"
+        );
+    }
+    assert_eq!(server.lookups(), 0);
+}
+
+/// What a refused `/mcp` request must look like: 403, a JSON-RPC error naming the header.
+fn assert_forbidden(status: u16, answer: &Value, header: &str) {
+    assert_eq!(status, 403, "{answer:#}");
+    assert_eq!(answer["jsonrpc"], "2.0", "{answer:#}");
+    assert_eq!(answer["error"]["code"], -32000, "{answer:#}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("this {header} is not allowed")),
+        "{message}"
+    );
+}
+
+const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_answers_loopback_host_and_origin_only_by_default() {
+    let (server, deployment) = logs_deployment("m7", "").await;
+    let ctxd = Ctxd::start(&deployment.config, &[], &[]);
+    let port = ctxd.base.rsplit(':').next().unwrap().to_owned();
+    let call = tool_call(
+        2,
+        "get_context",
+        r#"{"project":"acme","inputs":{"customerId":"CUST-7001"}}"#,
+    );
+    // A page whose name was rebound to 127.0.0.1 sends its own name as Host …
+    for host in ["evil.example", &format!("evil.example:{port}"), "10.0.0.5"] {
+        let (status, answer) = mcp_post(&ctxd, &[("Host", host)], &call).await;
+        assert_forbidden(status, &answer, "Host");
+    }
+    // … and its own origin.
+    for origin in ["http://evil.example", "https://evil.example:8443", "null"] {
+        let (status, answer) = mcp_post(&ctxd, &[("Origin", origin)], &call).await;
+        assert_forbidden(status, &answer, "Origin");
+    }
+    assert_eq!(server.lookups(), 0, "no refused call ran");
+    // Refused before the key is looked at.
+    let response = client()
+        .post(ctxd.url("/mcp"))
+        .header("Host", "evil.example")
+        .header("Content-Type", "application/json")
+        .body(TOOLS_LIST)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    // Loopback names and origins, and no Origin at all (no browser), are answered.
+    for headers in [
+        vec![],
+        vec![("Host", format!("localhost:{port}"))],
+        vec![("Origin", "http://localhost:5173".to_owned())],
+        vec![("Origin", format!("http://127.0.0.1:{port}"))],
+    ] {
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let (status, answer) = mcp_post(&ctxd, &headers, TOOLS_LIST).await;
+        assert_eq!(status, 200, "{headers:?}: {answer:#}");
+        assert!(answer["result"]["tools"].is_array(), "{answer:#}");
+    }
+    let logs = ctxd.logs();
+    assert!(
+        !logs.contains("evil.example"),
+        "a refused header is not logged:\n{logs}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_config_opens_mcp_to_the_hosts_and_origins_it_lists() {
+    let (_server, deployment) = logs_deployment(
+        "m8",
+        "mcp_allowed_hosts = [\"ctxd.example.com\"]\nmcp_allowed_origins = [\"https://app.example.com\"]",
+    )
+    .await;
+    let ctxd = Ctxd::start(&deployment.config, &[], &[]);
+    let port = ctxd.base.rsplit(':').next().unwrap().to_owned();
+    for headers in [
+        vec![("Host", "ctxd.example.com")],
+        vec![
+            ("Host", "ctxd.example.com"),
+            ("Origin", "https://app.example.com"),
+        ],
+    ] {
+        let (status, answer) = mcp_post(&ctxd, &headers, TOOLS_LIST).await;
+        assert_eq!(status, 200, "{headers:?}: {answer:#}");
+    }
+    // The list replaces the default: loopback is no longer answered.
+    let (status, answer) =
+        mcp_post(&ctxd, &[("Host", &format!("127.0.0.1:{port}"))], TOOLS_LIST).await;
+    assert_forbidden(status, &answer, "Host");
+    let (status, answer) = mcp_post(
+        &ctxd,
+        &[
+            ("Host", "ctxd.example.com"),
+            ("Origin", "http://localhost:3000"),
+        ],
+        TOOLS_LIST,
+    )
+    .await;
+    assert_forbidden(status, &answer, "Origin");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctxd_mcp_on_stdio_reads_tool_arguments_as_sent() {
+    use std::io::{BufRead, Write};
+    let (server, deployment) = logs_deployment("m9", "").await;
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("ctxd"))
+        .args(["mcp", "--config"])
+        .arg(&deployment.config)
+        .args(["--tenant", "acme"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Ok(message) = serde_json::from_str(&line) {
+                let _ = tx.send(message);
+            }
+        }
+    });
+    let mut answers = std::collections::HashMap::new();
+    let mut answer_to = |id: u64| -> Value {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !answers.contains_key(&id) {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            let message: Value = rx.recv_timeout(left).expect("ctxd mcp answers");
+            if let Some(got) = message["id"].as_u64() {
+                answers.insert(got, message);
+            }
+        }
+        answers.remove(&id).unwrap()
+    };
+    let mut send = |line: &str| {
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    send(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"it","version":"1"}}}"#,
+    );
+    assert!(answer_to(1)["result"]["serverInfo"].is_object());
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    send(&tool_call(
+        2,
+        "get_context",
+        r#"{"project":"acme","inputs":{"customerId":"CUST-7001","customerId":"CUST-7002"}}"#,
+    ));
+    send(&tool_call(3, "no_such_tool", "{}"));
+    send(&tool_call(
+        4,
+        "get_context",
+        r#"{"project":"acme","inputs":{"customerId":"CUST-7001"}}"#,
+    ));
+    let twice = answer_to(2);
+    let error = tool_error(&twice);
+    assert_eq!(error["code"], "BAD_REQUEST", "{twice:#}");
+    assert_eq!(error["field"], "inputs", "{twice:#}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains(r#"duplicate key "customerId""#),
+        "{twice:#}"
+    );
+    assert_eq!(answer_to(3)["error"]["code"], -32602);
+    let once = answer_to(4);
+    assert_eq!(once["result"]["isError"], false, "{once:#}");
+    assert_eq!(server.lookups(), 1, "only the call with each key once ran");
+    drop(stdin);
+    let _ = child.wait();
+}

@@ -844,3 +844,108 @@ async fn readiness_prepares_the_query_without_running_it() {
         "UNAVAILABLE (POOL_CLOSED)"
     );
 }
+
+/// Whether another session can take session-level advisory lock `key` now (and releases
+/// it at once if so).
+async fn lock_is_free(admin: &Client, key: i64) -> bool {
+    let taken: bool = admin
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+        .await
+        .unwrap()
+        .get(0);
+    if taken {
+        admin
+            .execute("SELECT pg_advisory_unlock($1)", &[&key])
+            .await
+            .unwrap();
+    }
+    taken
+}
+
+/// A read-only transaction allows `pg_try_advisory_lock`, and a session-level lock
+/// outlives `ROLLBACK`: a connection goes back to the pool reset, with no lock of a
+/// lookup's (or of the dry run at open) on it, and it is reused, not discarded.
+#[tokio::test]
+async fn a_lookup_that_takes_an_advisory_lock_leaves_none_on_the_pooled_connection() {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).unwrap();
+    let key = i64::from_le_bytes(bytes);
+    let query = format!(
+        "SELECT $1::text AS id, pg_backend_pid()::text AS content, pg_try_advisory_lock({key})::text AS title"
+    );
+    // One connection: every lookup runs on the one the dry run used.
+    let provider = open_with(ADMIN_DSN, &query, 1).await.unwrap();
+    let admin = admin().await;
+    assert!(
+        lock_is_free(&admin, key).await,
+        "the dry run at open left its lock"
+    );
+    let mut backends = Vec::new();
+    for _ in 0..2 {
+        let outcome = lookup(&provider, CUSTOMER).await;
+        assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+        let item = &outcome.items_found()[0];
+        assert_eq!(
+            item.title.as_deref(),
+            Some("true"),
+            "the lookup took the lock"
+        );
+        backends.push(item.content.clone());
+        assert!(
+            lock_is_free(&admin, key).await,
+            "the pooled connection still holds the lookup's lock"
+        );
+    }
+    assert_eq!(backends[0], backends[1], "the reset connection was reused");
+}
+
+/// A server that quotes the connection string's password — here the name of a database
+/// that does not exist, which the server repeats in its refusal — never gets it into
+/// `validate`, `doctor` or `serve`, nor into a readiness problem; the rest of its words
+/// are kept.
+#[tokio::test]
+async fn a_server_message_quoting_the_dsn_password_is_masked() {
+    let mut bytes = [0u8; 4];
+    getrandom::fill(&mut bytes).unwrap();
+    let password = format!("quokka_horizon_{}", hex::encode(bytes));
+    let quoting =
+        format!("host=127.0.0.1 port=5432 user=postgres password={password} dbname={password}");
+    let Err(error) = open_with(&quoting, "SELECT $1 AS id", 1).await else {
+        panic!("a database that does not exist opened");
+    };
+    assert!(error.contains("does not exist"), "{error}");
+    assert!(error.contains("[REDACTED:binding_secret]"), "{error}");
+    assert!(!error.contains(&password), "{error}");
+
+    let deployment = deployment("SELECT $1 AS id", "");
+    for command in ["validate", "doctor", "serve"] {
+        let output = run_with_dsn(command, &deployment, &quoting).await;
+        let shown = format!(
+            "{}{}",
+            crate::support::stdout_of(&output),
+            crate::support::stderr_of(&output)
+        );
+        assert!(!output.status.success(), "{command}: {shown}");
+        assert!(shown.contains("does not exist"), "{command}: {shown}");
+        assert!(!shown.contains(&password), "{command}: {shown}");
+    }
+
+    // A database that goes away under a running provider: readiness names it masked.
+    let admin = admin().await;
+    admin
+        .batch_execute(&format!("CREATE DATABASE {password}"))
+        .await
+        .unwrap();
+    let provider = open_with(&quoting, "SELECT $1 AS id", 1).await.unwrap();
+    assert_eq!(provider.check().await, Ok(()));
+    admin
+        .batch_execute(&format!("DROP DATABASE {password} WITH (FORCE)"))
+        .await
+        .unwrap();
+    let problem = provider.check().await.unwrap_err();
+    assert!(problem.contains("does not exist"), "{problem}");
+    assert!(!problem.contains(&password), "{problem}");
+    let outcome = lookup(&provider, CUSTOMER).await;
+    assert_eq!(outcome.status(), ProviderStatus::Unavailable, "{outcome:?}");
+    provider.close();
+}

@@ -65,7 +65,7 @@ impl Files {
             "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 5000\n{admin}\n\
              [trace]\nstore = \"sqlite:data/traces.db\"\ndigest_key_env = \"CTXD_TEST_DIGEST_KEY\"\n\
              generate_digest_key = true\n\n[limits]\nmax_turn_ms = 10000\n{}\n\
-             [cache]\nmax_tenant_bytes = 1048576\n\n[handles]\nmax_tenant_bytes = 1048576\n",
+             [cache]\nmax_tenant_bytes = 1048576\n\n[handles]\nmax_tenant_bytes = 1048576\nmax_tenant_tombstones = 10000\n",
             spec.limits
         );
         for (id, key) in &spec.tenants {

@@ -52,9 +52,23 @@ impl Deployment {
     /// With the trace store at `store` (relative to the deployment's folder, or
     /// absolute) and extra `[trace]` lines.
     pub fn with_store(tenants: &[TenantSpec], store: &str, trace_extra: &str) -> Deployment {
+        Deployment::written(tenants, "", store, trace_extra)
+    }
+
+    /// With extra `[server]` lines.
+    pub fn with_server(tenants: &[TenantSpec], server_extra: &str) -> Deployment {
+        Deployment::written(tenants, server_extra, "data/traces.db", "")
+    }
+
+    fn written(
+        tenants: &[TenantSpec],
+        server_extra: &str,
+        store: &str,
+        trace_extra: &str,
+    ) -> Deployment {
         let dir = tempfile::tempdir().unwrap();
         let mut config = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 5000\n\n\
+            "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 5000\n{server_extra}\n\n\
              [trace]\nstore = \"sqlite:{store}\"\ndigest_key_env = \"CTXD_TEST_DIGEST_KEY\"\n\
              generate_digest_key = true\n{trace_extra}\n\n[limits]\nmax_turn_ms = 10000\n",
         );

@@ -5,7 +5,7 @@
 
 use crate::config::Problems;
 use crate::handles::HandleBackend;
-use crate::handles::redis_store::RedisSettings;
+use crate::handles::redis_store::{RedisSettings, key_layout};
 use std::time::Duration;
 
 const DEFAULT_PORT: u16 = 6379;
@@ -90,6 +90,14 @@ fn check_redis(problems: &mut Problems, raw: &RawHandleStore<'_>) -> Option<Redi
                 "{key_prefix:?} is not a key prefix: use 1-{MAX_KEY_PREFIX_LEN} letters, digits, '.', ':', '_' or '-'"
             ),
         );
+    } else if let Some((outer, kind)) = nesting(key_prefix) {
+        problems.add(
+            "handles.key_prefix",
+            format!(
+                "{key_prefix:?} nests in the keys of prefix {outer:?} (its \"{outer}:{kind}:…\" keys): a deployment with key_prefix {outer:?} on the same Redis would share keys with this one — no ':'-separated part after the first may be one of {}",
+                key_layout::KINDS.join(", ")
+            ),
+        );
     }
     let tombstone_ttl = match raw.tombstone_ttl {
         Some(text) => problems.duration(
@@ -119,6 +127,21 @@ fn check_redis(problems: &mut Problems, raw: &RawHandleStore<'_>) -> Option<Redi
         tombstone_ttl: tombstone_ttl?,
         timeout: Duration::from_millis(timeout_ms? as u64),
     })
+}
+
+/// The shorter prefix whose keys `prefix` would nest in, and the kind of key it takes
+/// the place of: `P:bytes` is `P`'s `P:bytes:{tenant}`. Any two prefixes that pass this
+/// cannot share a key, however one extends the other: after the shorter one, the longer
+/// goes on with a part that is no kind of key.
+fn nesting(prefix: &str) -> Option<(&str, &str)> {
+    let mut start = 0;
+    for (i, part) in prefix.split(':').enumerate() {
+        if i > 0 && key_layout::KINDS.contains(&part) {
+            return Some((&prefix[..start - 1], part));
+        }
+        start += part.len() + 1;
+    }
+    None
 }
 
 /// `redis://host[:port][/db]`: host, port and database. Never echoes the URL (it may
@@ -260,6 +283,44 @@ mod tests {
         );
         assert_eq!(defaults.tombstone_ttl, DEFAULT_TOMBSTONE_TTL);
         assert_eq!(defaults.password_env, None);
+    }
+
+    #[test]
+    fn a_prefix_that_nests_in_anothers_keys_is_refused_naming_both() {
+        for (prefix, outer, kind) in [
+            ("P:bytes", "P", "bytes"),
+            ("ctxd:handles:h", "ctxd:handles", "h"),
+            ("ctxd:tombstones:x", "ctxd", "tombstones"),
+            ("a:b:lru", "a:b", "lru"),
+            ("P::m", "P:", "m"),
+        ] {
+            let problems = check(RawHandleStore {
+                key_prefix: Some(prefix),
+                ..redis("redis://127.0.0.1")
+            })
+            .unwrap_err();
+            let text = problems.join("\n");
+            assert!(text.contains("handles.key_prefix"), "{text}");
+            assert!(
+                text.contains(&format!("{prefix:?} nests in the keys of prefix {outer:?}")),
+                "{text}"
+            );
+            assert!(text.contains(&format!("\"{outer}:{kind}:…\"")), "{text}");
+        }
+        for prefix in [
+            "ctxd:handles",
+            "bytes",
+            "prod:ctxd",
+            "P:bytesx",
+            "P:x:y",
+            "h",
+        ] {
+            check(RawHandleStore {
+                key_prefix: Some(prefix),
+                ..redis("redis://127.0.0.1")
+            })
+            .unwrap_or_else(|problems| panic!("{prefix}: {problems:?}"));
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! drain, the turn deadline cap, the input keys a request may carry and the replay rate.
 
 use super::ApiKey;
+use super::mcp_access::{McpAccess, check_mcp_access};
 use crate::config::Problems;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -51,6 +52,9 @@ pub(crate) struct ServerSettings {
     /// The key `POST /admin/reload` requires (`admin_key_sha256` or `admin_key_env`);
     /// `None`: no admin route answers.
     pub(crate) admin_key: Option<ApiKey>,
+    /// The `Host` and `Origin` values `/mcp` answers (`mcp_allowed_hosts`,
+    /// `mcp_allowed_origins`).
+    pub(crate) mcp_access: McpAccess,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +81,8 @@ pub(super) struct RawServer {
     drain_quiet_ms: Option<i64>,
     admin_key_sha256: Option<String>,
     admin_key_env: Option<String>,
+    mcp_allowed_hosts: Option<Vec<String>>,
+    mcp_allowed_origins: Option<Vec<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -109,6 +115,11 @@ pub(super) fn check_server(problems: &mut Problems, raw: RawServer) -> Option<Se
         "server.shutdown_grace_ms",
         raw.shutdown_grace_ms.unwrap_or(DEFAULT_SHUTDOWN_GRACE_MS),
         lo..=hi,
+    );
+    let mcp_access = check_mcp_access(
+        problems,
+        raw.mcp_allowed_hosts.as_deref(),
+        raw.mcp_allowed_origins.as_deref(),
     );
     let mut millis = |key: &str, value: Option<i64>, default: i64, (lo, hi): (i64, i64)| {
         problems
@@ -163,6 +174,7 @@ pub(super) fn check_server(problems: &mut Problems, raw: RawServer) -> Option<Se
         keep_alive: keep_alive?,
         drain_quiet,
         admin_key,
+        mcp_access: mcp_access?,
     })
 }
 
@@ -282,6 +294,84 @@ mod tests {
                     .any(|e| e.path == path && e.message.contains(needle)),
                 "{line}: {path} {needle:?} in\n{errors}"
             );
+        }
+    }
+
+    #[test]
+    fn an_admin_key_equal_to_a_tenant_key_is_refused_naming_the_field() {
+        let hash = |key: &str| hex::encode(Sha256::digest(key.as_bytes()));
+        let tenant = |key_line: &str| {
+            format!(
+                "[[tenants]]\nid = \"demo\"\n{key_line}\n[[tenants.projects]]\npath = \"p.json\"\nbinding = \"b.toml\"\n"
+            )
+        };
+        let parse_with = |server: &str, tenant: &str| {
+            ServerConfig::parse(
+                &format!("[server]\n{server}\n{tenant}"),
+                Path::new("/etc/ctxd"),
+            )
+        };
+        // Two hashes: at load.
+        let errors = parse_with(
+            &format!("admin_key_sha256 = {:?}", hash("shared-key")),
+            &tenant(&format!(
+                "api_key_sha256 = {:?}",
+                hash("shared-key").to_uppercase()
+            )),
+        )
+        .unwrap_err();
+        assert!(
+            errors
+                .errors
+                .iter()
+                .any(|e| e.path == "server.admin_key_sha256"
+                    && e.message.contains("is the API key of tenant \"demo\"")),
+            "{errors}"
+        );
+        parse_with(
+            &format!("admin_key_sha256 = {:?}", hash("admin-key")),
+            &tenant(&format!("api_key_sha256 = {:?}", hash("shared-key"))),
+        )
+        .unwrap();
+        // A key from the environment: when the environment is read.
+        let env = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("CTXD_DIGEST_KEY", "k")];
+            all.extend_from_slice(pairs);
+            all.into_iter().collect::<EnvVars>()
+        };
+        let cases = [
+            (
+                "admin_key_env = \"CTXD_ADMIN_KEY\"".to_owned(),
+                "api_key_env = \"DEMO_KEY\"".to_owned(),
+                "server.admin_key_env",
+            ),
+            (
+                "admin_key_env = \"CTXD_ADMIN_KEY\"".to_owned(),
+                format!("api_key_sha256 = {:?}", hash("shared-key")),
+                "server.admin_key_env",
+            ),
+            (
+                format!("admin_key_sha256 = {:?}", hash("shared-key")),
+                "api_key_env = \"DEMO_KEY\"".to_owned(),
+                "server.admin_key_sha256",
+            ),
+        ];
+        for (server, key_line, path) in cases {
+            let config = parse_with(&server, &tenant(&key_line)).unwrap();
+            let shared = env(&[("CTXD_ADMIN_KEY", "shared-key"), ("DEMO_KEY", "shared-key")]);
+            let problems = config.environment_problems(&shared);
+            assert_eq!(problems.len(), 1, "{server}: {problems:?}");
+            assert_eq!(problems[0].problem.path, path);
+            assert!(
+                problems[0]
+                    .problem
+                    .message
+                    .contains("must differ from every tenant's key"),
+                "{problems:?}"
+            );
+            assert!(!format!("{problems:?}").contains("shared-key"));
+            let apart = env(&[("CTXD_ADMIN_KEY", "admin-key"), ("DEMO_KEY", "demo-key")]);
+            assert!(config.environment_problems(&apart).is_empty(), "{server}");
         }
     }
 

@@ -1,5 +1,6 @@
 -- Shared by every handle script. ARGV: [1] key prefix, [2] tombstone TTL (ms),
--- [3] tombstones kept at most, [4] tenant, [5] handle id; script arguments follow.
+-- [3] tombstones one tenant keeps at most (its share), [4] tenant, [5] handle id;
+-- script arguments follow.
 -- Every key is derived from the prefix, the tenant and the handle id only.
 local P = ARGV[1]
 local TOMB_TTL = tonumber(ARGV[2])
@@ -18,6 +19,7 @@ local function record_key(tenant, id) return P .. ':h:' .. tenant .. ':' .. id e
 local function material_key(tenant, id) return P .. ':m:' .. tenant .. ':' .. id end
 local function lru_key(tenant) return P .. ':lru:' .. tenant end
 local function tenant_bytes_key(tenant) return P .. ':bytes:' .. tenant end
+local function tenant_tombs_key(tenant) return P .. ':tombs:' .. tenant end
 
 -- Redis' own clock: every replica reads the same one.
 local function now_ms()
@@ -29,15 +31,17 @@ local function number(value)
   return tonumber(value) or 0
 end
 
--- Tombstones beyond MAX_TOMBS are forgotten, oldest first: their ids become unknown.
-local function forget_oldest_tombstones()
-  local over = redis.call('ZCARD', TOMBS) - MAX_TOMBS
+-- A tenant's tombstones beyond MAX_TOMBS are forgotten, its oldest first: their ids
+-- become unknown. Only the tenant's own: another tenant's burials never reach them.
+local function forget_oldest_tombstones(tenant)
+  local tombs = tenant_tombs_key(tenant)
+  local over = redis.call('ZCARD', tombs) - MAX_TOMBS
   if over > 0 then
-    local oldest = redis.call('ZPOPMIN', TOMBS, over)
+    local oldest = redis.call('ZPOPMIN', tombs, over)
     for k = 1, #oldest, 2 do
-      local member = oldest[k]
-      local sep = string.find(member, ':', 1, true)
-      redis.call('DEL', record_key(string.sub(member, 1, sep - 1), string.sub(member, sep + 1)))
+      local id = oldest[k]
+      redis.call('DEL', record_key(tenant, id))
+      redis.call('ZREM', TOMBS, tenant .. ':' .. id)
     end
   end
 end
@@ -58,7 +62,8 @@ local function bury(tenant, id, reason, now)
   redis.call('DECRBY', tenant_bytes_key(tenant), bytes)
   redis.call('PEXPIRE', record, TOMB_TTL)
   redis.call('ZADD', TOMBS, now, tenant .. ':' .. id)
-  forget_oldest_tombstones()
+  redis.call('ZADD', tenant_tombs_key(tenant), now, id)
+  forget_oldest_tombstones(tenant)
 end
 
 -- Buries what has expired (any tenant's) and forgets tombstones older than TOMB_TTL.
@@ -76,8 +81,10 @@ local function sweep(now)
   local old = redis.call('ZRANGEBYSCORE', TOMBS, '-inf', now - TOMB_TTL, 'LIMIT', 0, SWEEP_LIMIT)
   for _, member in ipairs(old) do
     local sep = string.find(member, ':', 1, true)
-    redis.call('DEL', record_key(string.sub(member, 1, sep - 1), string.sub(member, sep + 1)))
+    local tenant, id = string.sub(member, 1, sep - 1), string.sub(member, sep + 1)
+    redis.call('DEL', record_key(tenant, id))
     redis.call('ZREM', TOMBS, member)
+    redis.call('ZREM', tenant_tombs_key(tenant), id)
   end
 end
 

@@ -19,7 +19,13 @@
 //!   per connection (`prepare_typed_cached`): rows beyond the limit are never produced.
 //!
 //! One round trip per lookup: `BEGIN READ ONLY; SET LOCAL …`, the bound query and
-//! `ROLLBACK` are pipelined on the connection. Rows are read as they arrive; the wire
+//! `ROLLBACK; SELECT pg_advisory_unlock_all()` are pipelined on the connection. The
+//! rollback undoes what the transaction did, settings made with `set_config` included;
+//! a session-level advisory lock (`pg_try_advisory_lock`, which a read-only transaction
+//! allows) outlives it, so the unlock goes with it: a connection goes back to the pool
+//! with no lock of a lookup's on it. A connection whose reset did not succeed is
+//! discarded. (`DISCARD ALL` would reset more, but also drop the statements prepared on
+//! the connection, which every lookup reuses.) Rows are read as they arrive; the wire
 //! size of each value is checked before it is decoded (a value larger than a whole
 //! response is refused without being copied) and reading stops as soon as the rows read
 //! exceed the 1 MiB response bound; then [`bounds::check_items`] applies the per-item
@@ -41,7 +47,13 @@
 //! (`MALFORMED`). A connection that was lost, cut at the deadline or left in a state the
 //! driver cannot vouch for is dropped, never returned to the pool, so calls recover on
 //! their own once the server is back.
+//!
+//! What the server says (an error's message and hint, the driver's words) is the
+//! server's text, shown only as [`UntrustedText`] with the connection string's password
+//! masked: a server that quotes it — in a failed login, an unknown database or role, a
+//! query error — never gets it into `validate`, `doctor`, `/readyz` or a log.
 
+use super::untrusted::{Masks, UntrustedText};
 use super::{LookupCall, PoolSettings, RecycleCheck, bounds, redact};
 use crate::contract::{Currentness, Item, Source};
 use crate::outcome::{Failure, Outcome};
@@ -83,6 +95,8 @@ struct Inner {
     layout: Layout,
     connect_timeout: Duration,
     tls_required: bool,
+    /// The connection string's password, masked in every text of the server's.
+    masks: Masks,
 }
 
 /// Why a PostgreSQL provider could not be set up. Messages carry the server's words for
@@ -158,6 +172,7 @@ impl PostgresProvider {
             reason,
         })?;
         parsed.config.connect_timeout(pool.connect_timeout);
+        let masks = dsn_masks(&parsed.config);
         let tls = tls_connector();
         let recycling_method = match pool.recycle {
             RecycleCheck::Fast => RecyclingMethod::Fast,
@@ -174,10 +189,10 @@ impl PostgresProvider {
             .build()
             .map_err(|error| PostgresSetupError::Connect {
                 name: name.clone(),
-                reason: error.to_string(),
+                reason: UntrustedText::new(&error.to_string(), &masks).into_string(),
             })?;
         let limited = limited_query(query);
-        let layout = inspect(&built, pool.connect_timeout, &name, query, &limited).await?;
+        let layout = inspect(&built, pool.connect_timeout, &name, query, &limited, &masks).await?;
         let provider = PostgresProvider {
             inner: Arc::new(Inner {
                 pool: built,
@@ -187,6 +202,7 @@ impl PostgresProvider {
                 layout,
                 connect_timeout: pool.connect_timeout,
                 tls_required: parsed.tls(),
+                masks,
             }),
         };
         Ok(provider)
@@ -242,17 +258,19 @@ impl PostgresProvider {
         let mut items = match read {
             // Cancelled on the server and discarded as `in_flight` drops armed.
             Err(_) => return failed(Failure::Deadline),
-            Ok(Err(problem)) => {
-                let failure = problem.failure(call.provider);
-                if problem.connection_unusable(in_flight.client()) {
-                    return failed(failure);
+            Ok(Read { items, reset }) => {
+                let reusable = match &items {
+                    Ok(_) => reset,
+                    Err(problem) => reset && !problem.connection_unusable(in_flight.client()),
+                };
+                // Otherwise dropped armed: cancelled on the server and discarded.
+                if reusable {
+                    in_flight.settled();
                 }
-                in_flight.settled();
-                return failed(failure);
-            }
-            Ok(Ok(items)) => {
-                in_flight.settled();
-                items
+                match items {
+                    Ok(items) => items,
+                    Err(problem) => return failed(problem.failure(call.provider)),
+                }
             }
         };
         drop(in_flight);
@@ -271,7 +289,7 @@ impl PostgresProvider {
         if inner.pool.is_closed() {
             return Err("UNAVAILABLE (POOL_CLOSED)".to_owned());
         }
-        let client = checkout(&inner.pool, inner.connect_timeout)
+        let client = checkout(&inner.pool, inner.connect_timeout, &inner.masks)
             .await
             .map_err(|reason| {
                 format!(
@@ -288,7 +306,7 @@ impl PostgresProvider {
         .map_err(|error| {
             format!(
                 "UNAVAILABLE (DATABASE_ERROR): query: does not prepare: {}",
-                server_words(&error)
+                shown_words(&error, &inner.masks)
             )
         })?;
         Layout::of(prepared.columns())
@@ -298,13 +316,14 @@ impl PostgresProvider {
 
     /// What `doctor` shows: server version, TLS, and whether the role can write.
     pub async fn report(&self) -> Result<ServerReport, String> {
-        let client = checkout(&self.inner.pool, self.inner.connect_timeout)
+        let masks = &self.inner.masks;
+        let client = checkout(&self.inner.pool, self.inner.connect_timeout, masks)
             .await
             .map_err(|reason| format!("cannot connect: {reason}"))?;
         let row = tokio::time::timeout(CHECK_TIMEOUT, client.query_one(SERVER_REPORT, &[]))
             .await
             .map_err(|_| format!("no answer within {CHECK_TIMEOUT:?}"))?
-            .map_err(|error| server_words(&error))?;
+            .map_err(|error| shown_words(&error, masks))?;
         Ok(ServerReport {
             version: row.try_get(0).map_err(|error| error.to_string())?,
             tls: row
@@ -329,8 +348,8 @@ impl PostgresProvider {
 }
 
 /// A connection for the checks, within [`CHECK_TIMEOUT`]; the error in the server's or
-/// the driver's words, redacted.
-async fn checkout(pool: &Pool, connect_timeout: Duration) -> Result<Object, String> {
+/// the driver's words, shown as untrusted text.
+async fn checkout(pool: &Pool, connect_timeout: Duration, masks: &Masks) -> Result<Object, String> {
     let timeouts = Timeouts {
         wait: Some(CHECK_TIMEOUT),
         create: Some(CHECK_TIMEOUT.min(connect_timeout)),
@@ -339,8 +358,8 @@ async fn checkout(pool: &Pool, connect_timeout: Duration) -> Result<Object, Stri
     pool.timeout_get(&timeouts)
         .await
         .map_err(|error| match &error {
-            PoolError::Backend(error) => server_words(error),
-            other => redact::redacted(&other.to_string()).into_owned(),
+            PoolError::Backend(error) => shown_words(error, masks),
+            other => UntrustedText::new(&other.to_string(), masks).into_string(),
         })
 }
 
@@ -351,15 +370,15 @@ async fn inspect(
     dsn_env: &str,
     query: &str,
     limited: &str,
+    masks: &Masks,
 ) -> Result<Layout, PostgresSetupError> {
-    let client =
-        checkout(pool, connect_timeout)
-            .await
-            .map_err(|reason| PostgresSetupError::Connect {
-                name: dsn_env.to_owned(),
-                reason,
-            })?;
-    match tokio::time::timeout(CHECK_TIMEOUT, inspect_query(&client, query, limited)).await {
+    let client = checkout(pool, connect_timeout, masks)
+        .await
+        .map_err(|reason| PostgresSetupError::Connect {
+            name: dsn_env.to_owned(),
+            reason,
+        })?;
+    match tokio::time::timeout(CHECK_TIMEOUT, inspect_query(&client, query, limited, masks)).await {
         Ok(result) => result,
         Err(_) => Err(PostgresSetupError::Query {
             reason: format!("the server did not answer within {CHECK_TIMEOUT:?}"),
@@ -380,6 +399,7 @@ async fn inspect_query(
     client: &Object,
     query: &str,
     limited: &str,
+    masks: &Masks,
 ) -> Result<Layout, PostgresSetupError> {
     // Untyped first, so a query without `$1` shows no parameter; a `$1` whose type
     // the query leaves open (`$1 IS NULL`, `SELECT $1`) is typed `text` below.
@@ -404,14 +424,14 @@ async fn inspect_query(
         }
         Err(error) if error.code() == Some(&SqlState::INDETERMINATE_DATATYPE) => {
             return Err(PostgresSetupError::Parameters {
-                found: server_words(&error),
+                found: shown_words(&error, masks),
             });
         }
         Err(error) => {
             return Err(PostgresSetupError::Query {
                 reason: format!(
                     "{} ($1 is the lookup value, of type text: cast it in the query, e.g. $1::bigint)",
-                    server_words(&error)
+                    shown_words(&error, masks)
                 ),
             });
         }
@@ -423,14 +443,14 @@ async fn inspect_query(
             problem: "returns no rows: a lookup is a SELECT (or VALUES, TABLE, or a statement with RETURNING) with an `id` column".to_owned(),
         });
     }
-    dry_run(client, &typed).await?;
+    dry_run(client, &typed, masks).await?;
     let statement = client
         .prepare_typed(limited, &[Type::TEXT, Type::INT8])
         .await
         .map_err(|error| PostgresSetupError::Query {
             reason: format!(
                 "{} (ctxd runs it as a subquery: one SELECT, VALUES or TABLE statement)",
-                server_words(&error)
+                shown_words(&error, masks)
             ),
         })?;
     Layout::of(statement.columns()).map_err(|problem| PostgresSetupError::Columns { problem })
@@ -439,7 +459,11 @@ async fn inspect_query(
 /// Runs the statement with a NULL value and no row fetched beyond the first, read-only,
 /// rolled back: the server refuses here what would write. Running out of time is not a
 /// refusal: the read-only check precedes execution.
-async fn dry_run(client: &Object, statement: &Statement) -> Result<(), PostgresSetupError> {
+async fn dry_run(
+    client: &Object,
+    statement: &Statement,
+    masks: &Masks,
+) -> Result<(), PostgresSetupError> {
     let begin = format!("BEGIN READ ONLY; SET LOCAL statement_timeout = {DRY_RUN_TIMEOUT_MS}");
     let value: Option<&str> = None;
     let params: [&(dyn ToSql + Sync); 1] = [&value];
@@ -454,10 +478,10 @@ async fn dry_run(client: &Object, statement: &Statement) -> Result<(), PostgresS
     let (begun, ran, ended) = tokio::join!(
         client.batch_execute(&begin),
         run,
-        client.batch_execute("ROLLBACK")
+        client.batch_execute(END_AND_RESET)
     );
     let refused = |error: &tokio_postgres::Error| PostgresSetupError::Refused {
-        reason: server_words(error),
+        reason: shown_words(error, masks),
     };
     begun.map_err(|error| refused(&error))?;
     match ran {
@@ -468,16 +492,15 @@ async fn dry_run(client: &Object, statement: &Statement) -> Result<(), PostgresS
     ended.map_err(|error| refused(&error))
 }
 
-/// The server's message (and hint) for an error, redacted; the driver's words otherwise.
-pub(crate) fn server_words(error: &tokio_postgres::Error) -> String {
-    let text = match error.as_db_error() {
+/// The server's message (and hint) for an error; the driver's words otherwise (with
+/// their causes: "error performing TLS handshake: invalid peer certificate: …").
+fn words(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
         Some(db) => match db.hint() {
             Some(hint) => format!("{} (hint: {hint})", db.message()),
             None => db.message().to_owned(),
         },
         None => {
-            // The driver's words and their causes: "error performing TLS handshake:
-            // invalid peer certificate: …".
             let mut text = error.to_string();
             let mut source = std::error::Error::source(error);
             while let Some(cause) = source {
@@ -487,8 +510,27 @@ pub(crate) fn server_words(error: &tokio_postgres::Error) -> String {
             }
             text
         }
-    };
-    redact::redacted(&text).into_owned()
+    }
+}
+
+/// [`words`] as a provider shows them: untrusted text, the connection string's password
+/// (`masks`) masked with the secret patterns, bounded and escaped.
+fn shown_words(error: &tokio_postgres::Error, masks: &Masks) -> String {
+    UntrustedText::new(&words(error), masks).into_string()
+}
+
+/// [`words`] with secret patterns redacted (the trace store's messages).
+pub(crate) fn server_words(error: &tokio_postgres::Error) -> String {
+    redact::redacted(&words(error)).into_owned()
+}
+
+/// The masks of a connection string: its password (and its percent-encoded form).
+fn dsn_masks(config: &tokio_postgres::Config) -> Masks {
+    let mut masks = Masks::none();
+    if let Some(password) = config.get_password() {
+        masks.secret(&String::from_utf8_lossy(password));
+    }
+    masks
 }
 
 /// A checked-out connection with a statement possibly running on it. Dropped before
@@ -593,8 +635,20 @@ fn connection_lost(code: &SqlState) -> bool {
     code.code().starts_with("08") || code.code().starts_with("57P0")
 }
 
+/// What ends every transaction a lookup (or the dry run at `open`) begins: the rollback,
+/// then the release of any session-level advisory lock the query took — the one state a
+/// read-only transaction can leave on a session past its end.
+const END_AND_RESET: &str = "ROLLBACK; SELECT pg_advisory_unlock_all()";
+
+/// A lookup's rows, and whether the connection was reset after it (`END_AND_RESET` ran):
+/// only then may it go back to the pool.
+struct Read {
+    items: Result<Vec<Item>, ReadProblem>,
+    reset: bool,
+}
+
 /// The pipelined lookup: begin read-only with the remaining budget as statement
-/// timeout, the limited query, rollback.
+/// timeout, the limited query, rollback and reset.
 async fn read_items(
     client: &Object,
     limited: &str,
@@ -602,11 +656,20 @@ async fn read_items(
     value: &str,
     limit: usize,
     deadline: Instant,
-) -> Result<Vec<Item>, ReadProblem> {
-    let statement = client
+) -> Read {
+    let statement = match client
         .prepare_typed_cached(limited, &[Type::TEXT, Type::INT8])
         .await
-        .map_err(ReadProblem::Postgres)?;
+    {
+        Ok(statement) => statement,
+        // No transaction was begun: nothing of the query's is on the session.
+        Err(error) => {
+            return Read {
+                items: Err(ReadProblem::Postgres(error)),
+                reset: true,
+            };
+        }
+    };
     let remaining_ms = deadline
         .checked_duration_since(Instant::now())
         .map_or(1, |left| left.as_millis().max(1));
@@ -639,12 +702,14 @@ async fn read_items(
     let (begun, read, ended) = tokio::join!(
         client.batch_execute(&begin),
         rows,
-        client.batch_execute("ROLLBACK")
+        client.batch_execute(END_AND_RESET)
     );
-    begun.map_err(ReadProblem::Postgres)?;
-    let items = read?;
-    ended.map_err(ReadProblem::Postgres)?;
-    Ok(items)
+    let reset = ended.is_ok();
+    let items = begun
+        .map_err(ReadProblem::Postgres)
+        .and(read)
+        .and_then(|items| ended.map(|()| items).map_err(ReadProblem::Postgres));
+    Read { items, reset }
 }
 
 /// TLS with the system's root certificates and host name verification (rustls, the
