@@ -10,10 +10,11 @@
 //! Sizes are checked on the wire bytes before a value is decoded: a single value larger
 //! than a whole response is refused without being copied.
 
-use crate::contract::Item;
-use crate::providers::bounds;
+use crate::providers::bounds::{self, BoundsViolation};
+use crate::providers::items::{self, ItemDraft, ParseProblem};
 use crate::providers::sqlite::rfc3339_utc;
-use serde_json::{Map, Number, Value};
+use serde_json::{Number, Value};
+use std::borrow::Cow;
 use std::error::Error;
 use tokio_postgres::types::{FromSql, Type};
 use tokio_postgres::{Column, Row};
@@ -68,12 +69,20 @@ pub(crate) struct Layout {
 }
 
 /// Why a row could not become an item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RowProblem {
     /// A value does not have the contract's shape.
     Malformed,
     /// A value is larger than a whole response.
     TooLarge,
+    /// A bound of the contract crossed while the row was mapped.
+    Bounds(BoundsViolation),
+}
+
+impl From<BoundsViolation> for RowProblem {
+    fn from(violation: BoundsViolation) -> Self {
+        RowProblem::Bounds(violation)
+    }
 }
 
 impl Layout {
@@ -186,61 +195,79 @@ impl Layout {
         Ok(total)
     }
 
-    /// One row as an item.
-    pub(crate) fn item(&self, row: &Row) -> Result<Item, RowProblem> {
-        let id = match read(row, self.id)? {
-            Value::String(text) => text,
-            Value::Number(number) => number.to_string(),
-            _ => return Err(RowProblem::Malformed),
-        };
-        let text = |field: Option<(usize, Reader)>| -> Result<Option<String>, RowProblem> {
-            match field {
-                None => Ok(None),
-                Some(field) => match read(row, field)? {
-                    Value::Null => Ok(None),
-                    Value::String(text) => Ok(Some(text)),
-                    Value::Number(number) => Ok(Some(number.to_string())),
-                    _ => Err(RowProblem::Malformed),
-                },
-            }
-        };
-        let title = text(self.title)?;
-        let content = text(self.content)?.unwrap_or_default();
-        let updated_at = match self.updated_at {
-            None => None,
-            Some(field) => match read(row, field)? {
-                Value::Null => None,
-                Value::String(text) => Some(text),
+    /// One row into `item`: each value measured by the builder before it is copied
+    /// (texts are borrowed from the row, JSON is parsed within the value count).
+    pub(crate) fn item(&self, row: &Row, item: &mut ItemDraft) -> Result<(), RowProblem> {
+        match read_text(row, self.id)? {
+            Some(id) => item.id(id)?,
+            None => return Err(RowProblem::Malformed),
+        }
+        if let Some(field) = self.title
+            && let Some(title) = read_text(row, field)?
+        {
+            item.title(title)?;
+        }
+        if let Some(field) = self.content
+            && let Some(content) = read_text(row, field)?
+        {
+            item.content(content)?;
+        }
+        if let Some(field) = self.updated_at {
+            match read(row, field)? {
+                Value::Null => {}
+                Value::String(text) => item.updated_at(text)?,
                 _ => return Err(RowProblem::Malformed),
-            },
-        };
-        let mut metadata = Map::new();
+            }
+        }
         if let Some(index) = self.metadata_object {
             match read(row, (index, Reader::Json))? {
                 Value::Null => {}
-                Value::Object(object) => metadata = object,
+                Value::Object(object) => {
+                    for (key, value) in object {
+                        item.metadata_owned(key, value)?;
+                    }
+                }
                 _ => return Err(RowProblem::Malformed),
             }
         }
         for (index, name, reader) in &self.metadata {
-            metadata.insert(name.clone(), read(row, (*index, *reader))?);
+            if *reader == Reader::Text {
+                match get::<&str>(row, *index)? {
+                    Some(text) => item.metadata_text(name, Cow::Borrowed(text))?,
+                    None => item.metadata_owned(name.clone(), Value::Null)?,
+                }
+                continue;
+            }
+            item.metadata_owned(name.clone(), read(row, (*index, *reader))?)?;
         }
-        Ok(Item {
-            id,
-            title,
-            content,
-            metadata,
-            updated_at,
-        })
+        Ok(())
+    }
+}
+
+fn get<'a, T: FromSql<'a>>(row: &'a Row, index: usize) -> Result<Option<T>, RowProblem> {
+    row.try_get(index).map_err(|_| RowProblem::Malformed)
+}
+
+/// `id`, `title`, `content`: text borrowed from the row, or a number's text; `None` for
+/// NULL.
+fn read_text(
+    row: &Row,
+    (index, reader): (usize, Reader),
+) -> Result<Option<Cow<'_, str>>, RowProblem> {
+    if reader == Reader::Text {
+        return Ok(get::<&str>(row, index)?.map(Cow::Borrowed));
+    }
+    match read(row, (index, reader))? {
+        Value::Null => Ok(None),
+        Value::String(text) => Ok(Some(Cow::Owned(text))),
+        Value::Number(number) => Ok(Some(Cow::Owned(number.to_string()))),
+        _ => Err(RowProblem::Malformed),
     }
 }
 
 /// A column's value as JSON: numbers, strings, booleans, JSON as is, timestamps and dates
 /// as RFC 3339 UTC strings, SQL NULL as null.
 fn read(row: &Row, (index, reader): (usize, Reader)) -> Result<Value, RowProblem> {
-    fn get<'a, T: FromSql<'a>>(row: &'a Row, index: usize) -> Result<Option<T>, RowProblem> {
-        row.try_get(index).map_err(|_| RowProblem::Malformed)
-    }
     let float = |number: Option<f64>| match number {
         None => Ok(Value::Null),
         Some(number) => Number::from_f64(number)
@@ -255,7 +282,15 @@ fn read(row: &Row, (index, reader): (usize, Reader)) -> Result<Value, RowProblem
         Reader::Float4 => float(get::<f32>(row, index)?.map(f64::from))?,
         Reader::Float8 => float(get::<f64>(row, index)?)?,
         Reader::Bool => get::<bool>(row, index)?.map_or(Value::Null, Value::Bool),
-        Reader::Json => get::<Value>(row, index)?.unwrap_or(Value::Null),
+        Reader::Json => match get::<BoundedJson>(row, index) {
+            Ok(json) => json.map_or(Value::Null, |json| json.0),
+            Err(_) if too_many_values(row, index) => {
+                return Err(RowProblem::Bounds(BoundsViolation::TooManyValues {
+                    limit: items::MAX_VALUES,
+                }));
+            }
+            Err(problem) => return Err(problem),
+        },
         Reader::Uuid => get::<UuidText>(row, index)?.map_or(Value::Null, |u| Value::String(u.0)),
         Reader::Timestamp => match get::<Micros>(row, index)? {
             None => Value::Null,
@@ -279,6 +314,56 @@ const POSTGRES_EPOCH_DAYS: i64 = 10_957;
 fn timestamp_text(micros: i64) -> Result<String, RowProblem> {
     let seconds = micros.div_euclid(1_000_000) + POSTGRES_EPOCH_DAYS * 86_400;
     rfc3339_utc(seconds).ok_or(RowProblem::Malformed)
+}
+
+/// A `json` or `jsonb` value parsed into at most [`items::MAX_VALUES`] JSON values
+/// ([`items::parse_bounded`]): a value of a million tiny numbers stops the parse instead
+/// of costing tens of bytes each.
+struct BoundedJson(Value);
+
+impl<'a> FromSql<'a> for BoundedJson {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
+        let text = json_text(ty, raw)?;
+        items::parse_bounded(text, items::MAX_VALUES)
+            .map(BoundedJson)
+            .map_err(|problem| format!("{problem:?}").into())
+    }
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::JSON || *ty == Type::JSONB
+    }
+}
+
+/// The JSON text of a `json` or `jsonb` value: `jsonb`'s binary form is its version
+/// byte (1) and the text.
+fn json_text<'a>(ty: &Type, raw: &'a [u8]) -> Result<&'a [u8], Box<dyn Error + Sync + Send>> {
+    if *ty == Type::JSONB {
+        match raw.split_first() {
+            Some((1, text)) => Ok(text),
+            _ => Err("unsupported jsonb version".into()),
+        }
+    } else {
+        Ok(raw)
+    }
+}
+
+/// Whether the JSON value at `index` failed to parse for its count of values alone.
+fn too_many_values(row: &Row, index: usize) -> bool {
+    struct Counted(bool);
+    impl<'a> FromSql<'a> for Counted {
+        fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
+            let text = json_text(ty, raw)?;
+            Ok(Counted(
+                items::parse_bounded(text, items::MAX_VALUES) == Err(ParseProblem::TooManyValues),
+            ))
+        }
+        fn accepts(ty: &Type) -> bool {
+            *ty == Type::JSON || *ty == Type::JSONB
+        }
+    }
+    matches!(
+        row.try_get::<_, Option<Counted>>(index),
+        Ok(Some(Counted(true)))
+    )
 }
 
 /// The wire length of any value (0 for NULL), read without decoding it.

@@ -28,8 +28,9 @@
 //! the connection, which every lookup reuses.) Rows are read as they arrive; the wire
 //! size of each value is checked before it is decoded (a value larger than a whole
 //! response is refused without being copied) and reading stops as soon as the rows read
-//! exceed the 1 MiB response bound; then [`bounds::check_items`] applies the per-item
-//! bound and the secret scan.
+//! exceed the 1 MiB response bound; each row is mapped through the budgeted item builder
+//! (each value measured before it is copied, JSON parsed within the value count), then
+//! the secret scan runs on the bounded items.
 //!
 //! Time: the wait for a pooled connection ends at the call's deadline; the statement is
 //! bounded by `statement_timeout` on the server and, when the deadline passes or the
@@ -53,9 +54,11 @@
 //! masked: a server that quotes it — in a failed login, an unknown database or role, a
 //! query error — never gets it into `validate`, `doctor`, `/readyz` or a log.
 
+use super::bounds::BoundsViolation;
+use super::items::ItemsBuilder;
 use super::untrusted::{Masks, UntrustedText};
 use super::{LookupCall, PoolSettings, RecycleCheck, bounds, redact};
-use crate::contract::{Currentness, Item, Source};
+use crate::contract::{Currentness, Source};
 use crate::outcome::{Failure, Outcome};
 use columns::{Layout, RowProblem};
 use deadpool_postgres::{
@@ -255,7 +258,7 @@ impl PostgresProvider {
             ),
         )
         .await;
-        let mut items = match read {
+        let items = match read {
             // Cancelled on the server and discarded as `in_flight` drops armed.
             Err(_) => return failed(Failure::Deadline),
             Ok(Read { items, reset }) => {
@@ -274,8 +277,8 @@ impl PostgresProvider {
             }
         };
         drop(in_flight);
-        match bounds::check_items(&mut items, call.limit, call.secrets) {
-            Ok(redactions) => Outcome::answered(items, Currentness::Current, Source::Live)
+        match items.finish(call.secrets) {
+            Ok((items, redactions)) => Outcome::answered(items, Currentness::Current, Source::Live)
                 .with_redactions(redactions),
             Err(violation) => failed(violation.failure()),
         }
@@ -601,6 +604,7 @@ impl ReadProblem {
             ReadProblem::Row(RowProblem::TooLarge) | ReadProblem::TooLarge => {
                 Failure::ResponseTooLarge
             }
+            ReadProblem::Row(RowProblem::Bounds(violation)) => violation.failure(),
             ReadProblem::Postgres(error) => match error.code() {
                 Some(code) if *code == SqlState::QUERY_CANCELED => Failure::Deadline,
                 Some(code) if connection_lost(code) => Failure::ConnectionReset,
@@ -643,7 +647,7 @@ const END_AND_RESET: &str = "ROLLBACK; SELECT pg_advisory_unlock_all()";
 /// A lookup's rows, and whether the connection was reset after it (`END_AND_RESET` ran):
 /// only then may it go back to the pool.
 struct Read {
-    items: Result<Vec<Item>, ReadProblem>,
+    items: Result<ItemsBuilder, ReadProblem>,
     reset: bool,
 }
 
@@ -684,7 +688,7 @@ async fn read_items(
             .await
             .map_err(ReadProblem::Postgres)?;
         pin_mut!(stream);
-        let mut items = Vec::new();
+        let mut items = ItemsBuilder::new(u32::try_from(limit).unwrap_or(u32::MAX));
         let mut read_bytes = 0usize;
         while items.len() < limit {
             let Some(row) = stream.next().await else {
@@ -695,7 +699,9 @@ async fn read_items(
             if read_bytes > bounds::MAX_RESPONSE_BYTES {
                 return Err(ReadProblem::TooLarge);
             }
-            items.push(layout.item(&row).map_err(ReadProblem::Row)?);
+            let mut item = items.item().map_err(bounded)?;
+            layout.item(&row, &mut item).map_err(ReadProblem::Row)?;
+            items.push(item).map_err(bounded)?;
         }
         Ok(items)
     };
@@ -710,6 +716,11 @@ async fn read_items(
         .and(read)
         .and_then(|items| ended.map(|()| items).map_err(ReadProblem::Postgres));
     Read { items, reset }
+}
+
+/// A bound crossed by the builder, as the read's problem.
+fn bounded(violation: BoundsViolation) -> ReadProblem {
+    ReadProblem::Row(RowProblem::Bounds(violation))
 }
 
 /// TLS with the system's root certificates and host name verification (rustls, the
