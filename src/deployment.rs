@@ -665,6 +665,7 @@ pub(crate) async fn build_implementation(
                     mcp,
                     connection,
                     Some(binding.max_concurrency),
+                    binding_masks(binding, env),
                 ),
             ))
         }

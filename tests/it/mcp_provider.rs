@@ -2,15 +2,27 @@
 //! (`tests/it/mcp/server.py`), over stdio (a child the provider starts, restarts and
 //! kills) and over streamable HTTP with a bearer token.
 //!
+//! Servers that misbehave are scripted: a raw JSON-RPC server over HTTP
+//! (`tests/it/mcp/hostile.rs`) that holds `initialize`, forgets or stalls its sessions and
+//! echoes the token, a stdio child that never answers (`tests/it/mcp/silent.py`), and the
+//! Python server's hostile tools (stderr floods, bytes that are not UTF-8, control
+//! characters). Time-driven behaviour (deadlines, backoff, the stalled-session check) is
+//! tested on paused time.
+//!
 //! Skipped, with a message, only when the Python package `mcp` is not importable and
 //! `CI` is not set; under CI a missing package fails the tests.
 
+#[path = "mcp/hostile.rs"]
+mod hostile;
+
+use crate::server::{Ctxd, Deployment, TenantSpec, get, provider, trace_of, turn};
 use crate::support::root;
 use ctxd::config::{Binding, ProviderKind};
 use ctxd::contract::ProviderStatus;
 use ctxd::outcome::Outcome;
 use ctxd::providers::LookupCall;
 use ctxd::providers::mcp::McpProvider;
+use hostile::{Forgotten, Hostile};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -75,17 +87,24 @@ impl Scene {
 
     /// A provider bound to the stdio server with `lookup` as its binding lines.
     fn stdio(&self, lookup: &str) -> McpProvider {
+        self.stdio_with(&server_script(), &["stdio"], lookup)
+    }
+
+    /// A provider bound to `script` run with `args` over stdio.
+    fn stdio_with(&self, script: &Path, args: &[&str], lookup: &str) -> McpProvider {
+        let args: Vec<String> = args.iter().map(|arg| format!("{arg:?}")).collect();
         let text = format!(
             r#"revision = "t1"
 [providers.crm]
 type = "mcp"
 command = {python:?}
-args = [{script:?}, "stdio"]
+args = [{script:?}, {args}]
 env = ["MCP_TEST_MARKS", "CTXD_MCP_ALLOWED"]
 {lookup}
 "#,
             python = self.python.display().to_string(),
-            script = server_script().display().to_string(),
+            script = script.display().to_string(),
+            args = args.join(", "),
         );
         self.build(&text, |name| match name {
             "MCP_TEST_MARKS" => Some(self.marks().display().to_string()),
@@ -95,16 +114,21 @@ env = ["MCP_TEST_MARKS", "CTXD_MCP_ALLOWED"]
     }
 
     fn build(&self, text: &str, read: impl Fn(&str) -> Option<String>) -> McpProvider {
-        let path = self.dir.path().join("binding.toml");
-        std::fs::write(&path, text).unwrap();
-        let binding = Binding::load(&path).unwrap_or_else(|e| panic!("{e}"));
-        let ProviderKind::Mcp(mcp) = &binding.providers["crm"].kind else {
-            panic!("an mcp provider")
-        };
-        let provider = McpProvider::build("crm", mcp, read).unwrap();
-        provider.start();
-        provider
+        build_provider(self.dir.path(), text, read)
     }
+}
+
+/// The provider `crm` of the binding `text`, written into `dir`, started.
+fn build_provider(dir: &Path, text: &str, read: impl Fn(&str) -> Option<String>) -> McpProvider {
+    let path = dir.join("binding.toml");
+    std::fs::write(&path, text).unwrap();
+    let binding = Binding::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let ProviderKind::Mcp(mcp) = &binding.providers["crm"].kind else {
+        panic!("an mcp provider")
+    };
+    let provider = McpProvider::build("crm", mcp, read).unwrap();
+    provider.start();
+    provider
 }
 
 async fn lookup_within(provider: &McpProvider, value: &str, within: Duration) -> Outcome {
@@ -627,4 +651,551 @@ fn validate_names_an_unset_mcp_token_by_its_key() {
         all.contains("providers.crm.auth_env: environment variable \"CRM_MCP_TOKEN\" is not set"),
         "{all}"
     );
+}
+
+/// A provider bound to the scripted server at `url`, with the test token.
+fn hostile_provider(url: &str) -> (TempDir, McpProvider) {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = build_provider(dir.path(), &http_binding(url, "lookup"), |name| {
+        (name == "CRM_MCP_TOKEN").then(|| TOKEN.to_owned())
+    });
+    (dir, provider)
+}
+
+/// Paused time that moves only when the test moves it (`tokio::time::advance`). Paused
+/// time on its own jumps to the next timer whenever the runtime waits, a real socket's
+/// answer or a child's start still on its way; tokio does not move a paused clock while a
+/// blocking task runs, so one is held open for as long as this lives. Real events are
+/// waited for in real time, bounded, with the clock standing still.
+struct ManualTime {
+    _release: std::sync::mpsc::Sender<()>,
+}
+
+impl ManualTime {
+    fn start() -> ManualTime {
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        tokio::task::spawn_blocking(move || {
+            let _ = held.recv();
+        });
+        ManualTime { _release: release }
+    }
+}
+
+/// Lets the runtime run what is ready, in real time, without moving the clock.
+async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Waits in real time (bounded) until `check` holds; the clock stands still.
+async fn busy_until(what: &str, mut check: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !check() {
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out waiting until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Moves the clock on in 10 ms steps, letting real events happen between steps, until
+/// `check` holds (a backoff has passed and what follows it has happened).
+async fn advance_until(what: &str, mut check: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !check() {
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out waiting until {what}"
+        );
+        tokio::time::advance(Duration::from_millis(10)).await;
+        std::thread::sleep(Duration::from_millis(1));
+        settle().await;
+    }
+}
+
+/// A lookup of `value` with a 1 s deadline, run as its own task.
+fn spawn_lookup(provider: &McpProvider, value: &'static str) -> tokio::task::JoinHandle<Outcome> {
+    let provider = provider.clone();
+    tokio::spawn(async move { lookup_within(&provider, value, Duration::from_secs(1)).await })
+}
+
+/// The outcome of a lookup task that must finish without the clock moving: it did not
+/// wait for its deadline.
+async fn finished_at_once(lookup: tokio::task::JoinHandle<Outcome>) -> Outcome {
+    busy_until(
+        "the lookup finished without waiting for its deadline",
+        || lookup.is_finished(),
+    )
+    .await;
+    lookup.await.unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_http_server_holding_initialize_fails_lookups_at_once_after_the_first_deadline() {
+    let _time = ManualTime::start();
+    let server = Hostile::start().await;
+    server.hold_initialize(true);
+    let (_dir, provider) = hostile_provider(&server.url("plain"));
+    busy_until("the first initialize arrived", || server.initializes() == 1).await;
+    // Lookups wait for the first attempt, each until its own deadline.
+    let first = spawn_lookup(&provider, "c-1");
+    settle().await;
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_failed(
+        &finished_at_once(first).await,
+        ProviderStatus::Timeout,
+        "DEADLINE",
+    );
+    // `initialize` has 10 s: then the attempt is given up, and lookups answer the
+    // failure at once, also while the next attempts run (and are held too).
+    tokio::time::advance(Duration::from_secs(9)).await;
+    settle().await;
+    let outcome = finished_at_once(spawn_lookup(&provider, "c-1")).await;
+    assert_failed(&outcome, ProviderStatus::Unavailable, "CONNECT_FAILED");
+    for attempt in 2..=3 {
+        advance_until("the next attempt", || server.initializes() == attempt).await;
+        let outcome = finished_at_once(spawn_lookup(&provider, "c-1")).await;
+        assert_failed(&outcome, ProviderStatus::Unavailable, "CONNECT_FAILED");
+        tokio::time::advance(Duration::from_secs(10)).await;
+    }
+    // The server answers again: the next attempt brings the session up.
+    server.hold_initialize(false);
+    advance_until("the next attempt", || server.initializes() == 4).await;
+    let outcome = finished_at_once(spawn_lookup(&provider, "c-2")).await;
+    assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+    assert_eq!(outcome.items_found()[0].content, "customer c-2 ok");
+    provider.close();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stdio_server_that_never_answers_initialize_is_killed_and_restarted() {
+    let Some(python) = python_with_mcp() else {
+        return;
+    };
+    let _time = ManualTime::start();
+    let scene = Scene::new(python);
+    let silent = root().join("tests/it/mcp/silent.py");
+    let provider = scene.stdio_with(&silent, &[], "tool = \"lookup\"\nargument = \"customer\"");
+    busy_until("the first child started", || {
+        scene.marked("started").len() == 1
+    })
+    .await;
+    let first = scene.marked("started")[0];
+    // A stdio child has 30 s to answer `initialize`; then it is killed, and lookups
+    // answer the failure at once until a new child, started after the backoff, answers.
+    tokio::time::advance(Duration::from_secs(30)).await;
+    settle().await;
+    let outcome = finished_at_once(spawn_lookup(&provider, "c-1")).await;
+    assert_failed(&outcome, ProviderStatus::Unavailable, "CONNECT_FAILED");
+    busy_until("the first child was killed", || !alive(first)).await;
+    advance_until("a second child started", || {
+        scene.marked("started").len() == 2
+    })
+    .await;
+    let second = scene.marked("started")[1];
+    assert!(alive(second));
+    provider.close();
+    busy_until("the second child was killed on close", || !alive(second)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_forgets_its_sessions_gets_a_new_one_within_the_same_lookup() {
+    for forgotten in [Forgotten::NotFound, Forgotten::TypeScript400] {
+        let server = Hostile::start().await;
+        let (_dir, provider) = hostile_provider(&server.url("plain"));
+        let outcome = lookup_within(&provider, "c-1", Duration::from_secs(5)).await;
+        assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+        // The server restarts: it knows none of its sessions. The next lookup's request
+        // is refused, a new session starts and the request is sent again, once.
+        server.forget_sessions(forgotten);
+        let outcome = lookup_within(&provider, "c-2", Duration::from_secs(5)).await;
+        assert_eq!(
+            outcome.status(),
+            ProviderStatus::Ok,
+            "{forgotten:?}: {outcome:?}"
+        );
+        assert_eq!(outcome.items_found()[0].content, "customer c-2 ok");
+        assert_eq!(server.initializes(), 2, "{forgotten:?}");
+        assert_eq!(server.unknown_session_requests(), 1, "{forgotten:?}");
+        assert_eq!(server.calls(), 2, "{forgotten:?}");
+        provider.close();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_session_is_checked_with_a_ping_and_replaced() {
+    let _time = ManualTime::start();
+    let server = Hostile::start().await;
+    let (_dir, provider) = hostile_provider(&server.url("plain"));
+    let outcome = finished_at_once(spawn_lookup(&provider, "c-1")).await;
+    assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+    // The session stalls: nothing sent in it is answered any more (a new one would be).
+    server.stall_sessions();
+    for held in 1..=3 {
+        let pending = spawn_lookup(&provider, "c-1");
+        busy_until("the call arrived", || server.held() == held).await;
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_failed(
+            &finished_at_once(pending).await,
+            ProviderStatus::Timeout,
+            "DEADLINE",
+        );
+    }
+    // Three lookups in a row without an answer: the session is pinged; the ping is not
+    // answered within 5 s either, and a new session takes the stalled one's place.
+    busy_until("the ping arrived", || server.held() == 4).await;
+    tokio::time::advance(Duration::from_secs(5)).await;
+    advance_until("a new session", || server.initializes() == 2).await;
+    let outcome = finished_at_once(spawn_lookup(&provider, "c-9")).await;
+    assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+    assert_eq!(outcome.items_found()[0].content, "customer c-9 ok");
+    provider.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initialize_asks_for_the_latest_released_protocol_version() {
+    let server = Hostile::start().await;
+    let (_dir, provider) = hostile_provider(&server.url("plain"));
+    let outcome = lookup(&provider, "c-1").await;
+    assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+    assert_eq!(server.initialize_versions(), ["2025-11-25"]);
+    provider.close();
+
+    let Some(python) = python_with_mcp() else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let provider = scene.stdio("tool = \"version\"\nargument = \"customer\"");
+    let outcome = lookup(&provider, "c-1").await;
+    assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+    assert_eq!(outcome.items_found()[0].content, "2025-11-25");
+    provider.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_server_runs_in_an_empty_working_directory_of_its_own() {
+    let Some(python) = python_with_mcp() else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let provider = scene.stdio("tool = \"cwd\"\nargument = \"customer\"");
+    let outcome = lookup(&provider, "c-1").await;
+    assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+    let seen: serde_json::Value = serde_json::from_str(&outcome.items_found()[0].content).unwrap();
+    let cwd = PathBuf::from(seen["cwd"].as_str().unwrap());
+    assert_ne!(cwd, std::env::current_dir().unwrap(), "not ctxd's");
+    assert_eq!(seen["entries"], serde_json::json!([]), "empty");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&cwd).unwrap().permissions());
+    assert_eq!(mode & 0o077, 0, "private: {mode:o}");
+    provider.close();
+    eventually("the directory was removed with the child", || !cwd.exists()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stderr_that_is_not_utf8_never_stops_the_reader() {
+    let Some(python) = python_with_mcp() else {
+        return;
+    };
+    let scene = Scene::new(python);
+    // The child writes bytes that are not UTF-8 first, writes to stderr on every call,
+    // and would die of SIGPIPE if no one read its stderr any more.
+    let provider = scene.stdio_with(
+        &server_script(),
+        &["stdio", "--hostile-stderr"],
+        "tool = \"noisy\"\nargument = \"customer\"",
+    );
+    for _ in 0..3 {
+        let outcome = lookup(&provider, "c-1").await;
+        assert_eq!(outcome.status(), ProviderStatus::Ok, "{outcome:?}");
+        assert_eq!(outcome.items_found()[0].content, "noisy answer");
+    }
+    assert_eq!(
+        scene.marked("started").len(),
+        1,
+        "the same child throughout"
+    );
+    provider.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_version_that_is_no_fit_label_refuses_the_session() {
+    let server = Hostile::start().await;
+    for (mode, status, detail) in [
+        (
+            "version-long",
+            ProviderStatus::InvalidResponse,
+            "INVALID_LABEL",
+        ),
+        (
+            "version-secret",
+            ProviderStatus::SecretDetected,
+            "github_token",
+        ),
+    ] {
+        let (_dir, provider) = hostile_provider(&server.url(mode));
+        let outcome = lookup(&provider, "c-1").await;
+        assert_failed(&outcome, status, detail);
+        assert_eq!(outcome.version, None);
+        let problem = provider.check(Duration::from_secs(5)).await.unwrap_err();
+        assert!(problem.contains(detail), "{problem}");
+        assert!(
+            !problem.contains("ghp_") && !problem.contains("999"),
+            "{problem}"
+        );
+        assert_eq!(server.calls(), 0, "no call went to a refused session");
+    }
+}
+
+/// A served deployment of tenant `acme` whose project has one layer per provider, each
+/// looking up `customerId`; `providers` are (id, binding lines) pairs.
+fn served(providers: &[(&str, String)], env: &[(&str, &str)]) -> (Deployment, Ctxd) {
+    let project = serde_json::json!({
+        "id": "acme", "version": "1.0.0",
+        "providers": providers.iter().map(|(id, _)| serde_json::json!(
+            {"id": id, "name": id, "lookup": {"input": "customerId"}}
+        )).collect::<Vec<_>>(),
+        "layers": providers.iter().map(|(id, _)| serde_json::json!(
+            {"id": format!("l{id}"), "name": id, "bindings": [{"provider": id}]}
+        )).collect::<Vec<_>>(),
+    })
+    .to_string();
+    let mut binding = "revision = \"h1\"\n".to_owned();
+    for (id, lines) in providers {
+        binding.push_str(&format!(
+            "[providers.{id}]\ntype = \"mcp\"\ntimeout_ms = 10000\n{lines}\n"
+        ));
+    }
+    let deployment = Deployment::new(&[TenantSpec::new("acme", SERVED_KEY, project, binding)]);
+    let ctxd = Ctxd::start(&deployment.config, &[], env);
+    (deployment, ctxd)
+}
+
+const SERVED_KEY: &str = "acme-mcp-hostile-key";
+
+/// `/readyz` for the tenant once every provider's first probe has finished.
+async fn probed(ctxd: &Ctxd) -> serde_json::Value {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, body) = get(ctxd, SERVED_KEY, "/readyz").await;
+        let providers = body["providers"].as_array().cloned().unwrap_or_default();
+        if !providers.is_empty() && providers.iter().all(|p| !p["ready"].is_null()) {
+            return body;
+        }
+        assert!(
+            Instant::now() < until,
+            "never probed: {body:#}\n{}",
+            ctxd.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn problem_of<'a>(readiness: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    &readiness["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["provider"] == id)
+        .unwrap_or_else(|| panic!("no provider {id} in {readiness:#}"))["problem"]
+}
+
+/// The stdio binding lines of the Python server's `tool`.
+fn stdio_lines(python: &Path, tool: &str) -> String {
+    format!(
+        "command = {:?}\nargs = [{:?}, \"stdio\"]\nenv = [\"MCP_TEST_MARKS\"]\ntool = \"{tool}\"\nargument = \"customer\"",
+        python.display().to_string(),
+        server_script().display().to_string(),
+    )
+}
+
+fn http_lines(url: &str) -> String {
+    format!(
+        "url = \"{url}\"\nauth_env = \"CRM_MCP_TOKEN\"\ntool = \"lookup\"\nargument = \"customer\""
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_a_token_the_server_echoes_is_in_no_log_line_readiness_problem_or_trace() {
+    let server = Hostile::start().await;
+    let modes = [
+        ("toolerror", "tool-error"),
+        ("rpcerror", "rpc-error"),
+        ("listerror", "list-error"),
+        ("unauthorized", "unauthorized"),
+        ("contenttype", "content-type"),
+        ("versionsecret", "version-secret"),
+    ];
+    let providers: Vec<(&str, String)> = modes
+        .iter()
+        .map(|(id, mode)| (*id, http_lines(&server.url(mode))))
+        .collect();
+    let (_deployment, mut ctxd) = served(&providers, &[("CRM_MCP_TOKEN", TOKEN)]);
+    let readiness = probed(&ctxd).await;
+    let (status, body) = turn(
+        &ctxd,
+        SERVED_KEY,
+        serde_json::json!({"project": "acme", "inputs": {"customerId": "CUST-7001"}}),
+    )
+    .await;
+    let trace = trace_of(&ctxd, SERVED_KEY, body["turnId"].as_str().unwrap()).await;
+    ctxd.terminate();
+    ctxd.wait(Duration::from_secs(20));
+    let logs = ctxd.logs();
+    for (place, text) in [
+        ("the log", logs.as_str()),
+        ("/readyz", &readiness.to_string()),
+        ("the answer", &body.to_string()),
+        ("the trace", &trace.to_string()),
+    ] {
+        assert!(!text.contains(TOKEN), "the token is in {place}:\n{text}");
+        assert!(
+            !text.contains(&hostile::github_token()),
+            "the version's secret is in {place}:\n{text}"
+        );
+    }
+    assert!(logs.contains("mcp server not connected"), "{logs}");
+    assert_eq!(status, 200, "{body:#}");
+    for (id, status, detail) in [
+        ("toolerror", "SECRET_DETECTED", "CREDENTIAL_REFLECTED"),
+        ("rpcerror", "SECRET_DETECTED", "CREDENTIAL_REFLECTED"),
+        ("unauthorized", "UNAVAILABLE", "UNAUTHORIZED"),
+        ("contenttype", "UNAVAILABLE", "CONNECT_FAILED"),
+        ("versionsecret", "SECRET_DETECTED", "github_token"),
+    ] {
+        let found = provider(&body, id);
+        assert_eq!(found["status"], status, "{id}: {body:#}");
+        assert_eq!(found["detail"], detail, "{id}: {body:#}");
+    }
+    let listing = problem_of(&readiness, "listerror").as_str().unwrap();
+    assert!(listing.contains("CREDENTIAL_REFLECTED"), "{listing}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_control_characters_from_a_server_stay_escaped_on_one_log_line() {
+    let Some(python) = python_with_mcp() else {
+        return;
+    };
+    let server = Hostile::start().await;
+    let marks = tempfile::tempdir().unwrap();
+    let providers = [
+        ("forge", stdio_lines(&python, "forge")),
+        ("control", http_lines(&server.url("control"))),
+    ];
+    let marks_path = marks.path().display().to_string();
+    let (_deployment, mut ctxd) = served(
+        &providers,
+        &[("CRM_MCP_TOKEN", TOKEN), ("MCP_TEST_MARKS", &marks_path)],
+    );
+    let readiness = probed(&ctxd).await;
+    let (status, body) = turn(
+        &ctxd,
+        SERVED_KEY,
+        serde_json::json!({"project": "acme", "inputs": {"customerId": "CUST-7001"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body:#}");
+    for id in ["forge", "control"] {
+        assert_eq!(provider(&body, id)["detail"], "TOOL_ERROR", "{body:#}");
+    }
+    ctxd.terminate();
+    ctxd.wait(Duration::from_secs(20));
+    let logs = ctxd.logs();
+    for (what, raw) in [("ESC", '\x1b'), ("BEL", '\x07'), ("CR", '\r')] {
+        assert!(!logs.contains(raw), "a raw {what} in the log:\n{logs:?}");
+    }
+    for line in logs.lines() {
+        assert!(
+            !line.starts_with("2026-01-01T00:00:00.000000Z"),
+            "a forged log line: {line}"
+        );
+    }
+    let escaped = "forged line\\r\\u{1b}[31mred\\u{1b}]0;owned\\u{7}";
+    for event in ["mcp tool answered an error", "mcp server stderr"] {
+        assert!(
+            logs.lines()
+                .any(|line| line.contains(event) && line.contains(escaped)),
+            "{event} with the text escaped:\n{logs}"
+        );
+    }
+    let problem = problem_of(&readiness, "control").as_str().unwrap();
+    assert!(
+        problem.contains("has no argument \"customer\""),
+        "{problem}"
+    );
+    assert!(!problem.chars().any(char::is_control), "{problem:?}");
+    assert!(problem.contains("\\n2026-01-01"), "{problem}");
+}
+
+/// A line of `/proc/<pid>/status`, in KiB.
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|value| value.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_a_128_mib_stderr_line_costs_bounded_memory() {
+    let Some(python) = python_with_mcp() else {
+        return;
+    };
+    let marks = tempfile::tempdir().unwrap();
+    let marks_path = marks.path().display().to_string();
+    let (_deployment, mut ctxd) = served(
+        &[("flood", stdio_lines(&python, "flood"))],
+        &[("MCP_TEST_MARKS", &marks_path)],
+    );
+    probed(&ctxd).await;
+    let before = status_kib(ctxd.pid(), "VmRSS:");
+    // From here the peak is what the flood costs.
+    std::fs::write(format!("/proc/{}/clear_refs", ctxd.pid()), "5").unwrap();
+    let (status, body) = turn(
+        &ctxd,
+        SERVED_KEY,
+        serde_json::json!({"project": "acme", "inputs": {"customerId": "CUST-7001"}}),
+    )
+    .await;
+    eventually("the child wrote its 128 MiB", || {
+        marks.path().join("flooded").exists()
+    })
+    .await;
+    let peak = status_kib(ctxd.pid(), "VmHWM:");
+    let growth_mib = peak.saturating_sub(before) / 1024;
+    eprintln!(
+        "ctxd RSS {before} KiB before, peak {peak} KiB: +{growth_mib} MiB for a 128 MiB stderr line"
+    );
+    assert!(
+        growth_mib < 32,
+        "a 128 MiB stderr line cost {growth_mib} MiB"
+    );
+    assert_eq!(status, 200, "{body:#}");
+    assert_eq!(provider(&body, "flood")["status"], "OK", "{body:#}");
+    // The line is logged once it ends: its head shown, the rest counted.
+    let flood_lines = |logs: &str| -> Vec<String> {
+        logs.lines()
+            .filter(|line| line.contains("mcp server stderr") && line.contains("zzzz"))
+            .map(str::to_owned)
+            .collect()
+    };
+    eventually("the line was logged", || {
+        !flood_lines(&ctxd.logs()).is_empty()
+    })
+    .await;
+    ctxd.terminate();
+    ctxd.wait(Duration::from_secs(20));
+    let logged = flood_lines(&ctxd.logs());
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert!(
+        logged[0].contains(&format!("dropped_bytes={}", 128 * 1024 * 1024 - 4096)),
+        "{}",
+        logged[0]
+    );
+    assert!(logged[0].len() < 1024, "{}", logged[0]);
 }

@@ -12,7 +12,8 @@ use crate::contract::{Currentness, Source};
 use crate::outcome::{Failure, Outcome};
 use crate::providers::bounds::{self, BoundsViolation, MAX_RESPONSE_BYTES};
 use crate::providers::items::{self, ItemsBuilder};
-use crate::providers::redact::{self, SecretHandling};
+use crate::providers::redact::SecretHandling;
+use crate::providers::untrusted::{MIN_MASKED_BYTES, Masks, UntrustedText};
 use serde_json::{Map, Value as Json};
 use std::borrow::Cow;
 
@@ -44,16 +45,20 @@ pub(crate) fn resource_uri(template: &str, value: &str) -> Option<String> {
     ))
 }
 
-/// An error text from the server, fit for a log line: secrets redacted and the lookup
-/// value (which a server may quote) masked, cut to 512 characters.
-pub(crate) fn loggable_error(text: &str, value: &str) -> String {
-    let redacted = redact::redacted(text);
-    let masked = if value.is_empty() {
-        redacted.into_owned()
+/// An error text from the server, fit for a log line: untrusted text
+/// ([`UntrustedText`]: bounded, escaped, secret patterns masked) with the binding's own
+/// secrets (`masks`) and the lookup value (which a server may quote) masked. A value too
+/// short for the masks' rule is masked here all the same: a lookup value never reaches a
+/// log line.
+pub(crate) fn loggable_error(text: &str, masks: &Masks, value: &str) -> String {
+    let mut masks = masks.clone();
+    masks.value(value);
+    let shown = UntrustedText::new(text, &masks).into_string();
+    if !value.is_empty() && value.len() < MIN_MASKED_BYTES {
+        shown.replace(value, "[VALUE]")
     } else {
-        redacted.replace(value, "[VALUE]")
-    };
-    masked.chars().take(512).collect()
+        shown
+    }
 }
 
 /// What a result turned into: items mapped within the bounds (the secret step still to
@@ -457,8 +462,27 @@ mod tests {
 
     #[test]
     fn logged_errors_hide_secrets_and_the_value() {
-        let text = loggable_error("no customer c-991 for AKIAQ3RT7KWY2ZZW4N5P", "c-991");
+        let text = loggable_error(
+            "no customer c-991 for AKIAQ3RT7KWY2ZZW4N5P",
+            &Masks::none(),
+            "c-991",
+        );
         assert!(!text.contains("c-991"), "{text}");
         assert!(!text.contains("AKIAQ3RT7KWY2ZZW4N5P"), "{text}");
+    }
+
+    #[test]
+    fn logged_errors_are_one_escaped_line_without_the_bindings_secrets() {
+        let mut masks = Masks::none();
+        masks.secret("tok-3d9f81c2b7");
+        let text = loggable_error(
+            "refused tok-3d9f81c2b7 for c-1\n2026-01-01T00:00:00Z  INFO forged\r\x1b]0;t\x07",
+            &masks,
+            "c-1",
+        );
+        assert_eq!(
+            text,
+            "refused [REDACTED:binding_secret] for [VALUE]\\n2026-01-01T00:00:00Z  INFO forged\\r\\u{1b}]0;t\\u{7}"
+        );
     }
 }

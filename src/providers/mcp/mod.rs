@@ -5,20 +5,30 @@
 //!
 //! The session is kept by a supervisor task ([`session`]) that the provider actor starts
 //! ([`McpProvider::start`]) and stops ([`McpProvider::close`]); lookups run on the calling
-//! coordinator's thread and talk to the session's peer. A call past its deadline is
-//! dropped, which makes the client send `notifications/cancelled` for it.
+//! coordinator's thread and talk to the session's peer, and tell the session how they
+//! fared (a session whose lookups keep failing without an answer is checked and
+//! renewed). A call past its deadline is dropped, which makes the client send
+//! `notifications/cancelled` for it.
+//!
+//! Every text the server sends that ctxd shows — a tool's error, a JSON-RPC error, a
+//! failed listing, the tools and resources it offers — passes [`UntrustedText`] with the
+//! binding's own secrets as masks. An error that quotes the bearer token is refused like
+//! an answer that does (`CREDENTIAL_REFLECTED`) and logged nowhere.
 
 pub(crate) mod answer;
+pub(crate) mod http;
 pub(crate) mod session;
+mod stderr;
 
+use super::untrusted::{Masks, UntrustedText};
 use super::{LookupCall, Secret};
 use crate::config::{McpBinding, McpLookup, McpTransport};
 use crate::outcome::{Failure, Outcome};
 use answer::Mapped;
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
-use rmcp::service::{Peer, RoleClient, ServiceError};
+use rmcp::service::ServiceError;
 use serde_json::{Map, Value as Json};
-use session::SessionState;
+use session::{Session, SessionState};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +41,9 @@ const DEFAULT_MAX_REQUESTS: usize = 16;
 
 /// How long the readiness probe waits for a session that is still being set up.
 const STARTUP_ALLOWANCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The most bytes of `doctor`'s account of what a server offers.
+const MAX_OFFER_BYTES: usize = 4 * 1024;
 
 /// How to reach the server, with the values read from the environment.
 #[derive(Clone)]
@@ -47,6 +60,28 @@ pub(crate) enum McpConnection {
         /// The allow-listed variables with their values (`Secret`: never printed).
         env: Vec<(String, Secret)>,
     },
+}
+
+impl McpConnection {
+    /// The binding's own secrets in this connection: the bearer token, or the value of
+    /// every variable a stdio child is given (as [`crate::deployment::binding_masks`]
+    /// builds them from the binding).
+    pub(crate) fn masks(&self) -> Masks {
+        let mut masks = Masks::none();
+        match self {
+            McpConnection::Http { secret, .. } => {
+                if let Some(secret) = secret {
+                    masks.secret(secret.expose());
+                }
+            }
+            McpConnection::Stdio { env, .. } => {
+                for (_, value) in env {
+                    masks.secret(value.expose());
+                }
+            }
+        }
+        masks
+    }
 }
 
 /// One tool the server lists, as `doctor` reports it.
@@ -78,6 +113,10 @@ struct Inner {
     connection: McpConnection,
     /// The bearer token, for the reflection check.
     credential: Option<Secret>,
+    /// The bearer token alone, as masks: what an error must not quote.
+    credential_masks: Masks,
+    /// The binding's own secrets: every server text shown passes them.
+    masks: Masks,
     state: watch::Sender<SessionState>,
     stop: watch::Sender<bool>,
     started: AtomicBool,
@@ -93,12 +132,15 @@ impl fmt::Debug for McpProvider {
 
 impl McpProvider {
     /// The provider for `binding`, with the token and allow-listed variables already
-    /// read. Nothing is started until [`McpProvider::start`].
+    /// read, and `masks` the binding's own secrets
+    /// ([`crate::deployment::binding_masks`]). Nothing is started until
+    /// [`McpProvider::start`].
     pub(crate) fn new(
         provider: &str,
         binding: &McpBinding,
         mut connection: McpConnection,
         max_concurrency: Option<usize>,
+        masks: Masks,
     ) -> Self {
         if let (McpConnection::Http { max_requests, .. }, Some(limit)) =
             (&mut connection, max_concurrency)
@@ -109,12 +151,18 @@ impl McpProvider {
             McpConnection::Http { secret, .. } => secret.clone(),
             McpConnection::Stdio { .. } => None,
         };
+        let mut credential_masks = Masks::none();
+        if let Some(secret) = &credential {
+            credential_masks.secret(secret.expose());
+        }
         McpProvider {
             inner: Arc::new(Inner {
                 provider: provider.to_owned(),
                 lookup: binding.lookup.clone(),
                 connection,
                 credential,
+                credential_masks,
+                masks,
                 state: watch::Sender::new(SessionState::Connecting),
                 stop: watch::Sender::new(false),
                 started: AtomicBool::new(false),
@@ -130,7 +178,8 @@ impl McpProvider {
         read: impl Fn(&str) -> Option<String>,
     ) -> Result<McpProvider, String> {
         let connection = connection_for(binding, read)?;
-        Ok(McpProvider::new(provider, binding, connection, None))
+        let masks = connection.masks();
+        Ok(McpProvider::new(provider, binding, connection, None, masks))
     }
 
     /// Starts the session supervisor on the current runtime (once): a stdio server is
@@ -142,6 +191,7 @@ impl McpProvider {
         let supervisor = session::supervise(
             self.inner.provider.clone(),
             self.inner.connection.clone(),
+            self.inner.masks.clone(),
             self.inner.state.clone(),
             self.inner.stop.subscribe(),
         );
@@ -155,11 +205,11 @@ impl McpProvider {
 
     /// Whether the session is up by `deadline`.
     pub async fn wait_ready(&self, deadline: Instant) -> bool {
-        self.peer(deadline).await.is_ok()
+        self.session(deadline).await.is_ok()
     }
 
-    /// The session's peer once it is up; `Err` with the failure otherwise.
-    async fn peer(&self, deadline: Instant) -> Result<Peer<RoleClient>, Failure> {
+    /// The session once it is up; `Err` with the failure otherwise.
+    async fn session(&self, deadline: Instant) -> Result<Arc<Session>, Failure> {
         let mut state = self.inner.state.subscribe();
         let settled = timeout_at(
             deadline,
@@ -170,7 +220,7 @@ impl McpProvider {
             Err(_) => Err(Failure::Deadline),
             Ok(Err(_)) => Err(Failure::ConnectFailed),
             Ok(Ok(state)) => match &*state {
-                SessionState::Up(peer) => Ok(peer.clone()),
+                SessionState::Up(session) => Ok(Arc::clone(session)),
                 SessionState::Down(failure) => Err(failure.clone()),
                 SessionState::Connecting => Err(Failure::ConnectFailed),
             },
@@ -192,12 +242,12 @@ impl McpProvider {
 
     async fn lookup_inner(&self, call: &LookupCall<'_>) -> Outcome {
         let failed = |failure| Outcome::failed(failure, crate::contract::Source::Live);
-        let peer = match self.peer(call.deadline).await {
-            Ok(peer) => peer,
+        let session = match self.session(call.deadline).await {
+            Ok(session) => session,
             Err(failure) => return failed(failure),
         };
-        let credential = self.inner.credential.as_ref().map(Secret::expose);
-        let mapped = match &self.inner.lookup {
+        let peer = session.peer();
+        let answer = match &self.inner.lookup {
             McpLookup::Tool {
                 tool,
                 argument,
@@ -206,38 +256,51 @@ impl McpProvider {
                 let params = CallToolRequestParams::new(tool.clone())
                     .with_arguments(answer::tool_arguments(fixed, argument, call.value));
                 // Dropping the request at the deadline sends `notifications/cancelled`.
-                match timeout_at(call.deadline, peer.call_tool(params)).await {
-                    Err(_) => return failed(Failure::Deadline),
-                    Ok(Err(error)) => return failed(self.service_failure(&error, call.value)),
-                    Ok(Ok(result)) => match serde_json::to_value(&result) {
-                        Ok(result) => {
-                            answer::map_tool_result(tool, &result, call.limit, credential)
-                        }
-                        Err(_) => Mapped::Failed(Failure::Malformed),
-                    },
-                }
+                timeout_at(call.deadline, peer.call_tool(params))
+                    .await
+                    .map(|result| result.map(|result| serde_json::to_value(&result)))
             }
             McpLookup::Resource { template } => {
                 let Some(uri) = answer::resource_uri(template, call.value) else {
                     return failed(Failure::RequestNotBuilt);
                 };
                 let params = ReadResourceRequestParams::new(uri);
-                match timeout_at(call.deadline, peer.read_resource(params)).await {
-                    Err(_) => return failed(Failure::Deadline),
-                    Ok(Err(error)) => return failed(self.service_failure(&error, call.value)),
-                    Ok(Ok(result)) => match serde_json::to_value(&result) {
-                        Ok(result) => answer::map_resource_result(&result, call.limit, credential),
-                        Err(_) => Mapped::Failed(Failure::Malformed),
-                    },
-                }
+                timeout_at(call.deadline, peer.read_resource(params))
+                    .await
+                    .map(|result| result.map(|result| serde_json::to_value(&result)))
+            }
+        };
+        let result = match answer {
+            Err(_) => {
+                session.failed();
+                return failed(Failure::Deadline);
+            }
+            Ok(Err(error)) => return failed(self.service_failure(&error, call.value, &session)),
+            Ok(Ok(result)) => {
+                session.answered();
+                result
+            }
+        };
+        let credential = self.inner.credential.as_ref().map(Secret::expose);
+        let mapped = match (&self.inner.lookup, result) {
+            (_, Err(_)) => Mapped::Failed(Failure::Malformed),
+            (McpLookup::Tool { tool, .. }, Ok(result)) => {
+                answer::map_tool_result(tool, &result, call.limit, credential)
+            }
+            (McpLookup::Resource { .. }, Ok(result)) => {
+                answer::map_resource_result(&result, call.limit, credential)
             }
         };
         match mapped {
             Mapped::Failed(failure) => failed(failure),
             Mapped::ToolError(text) => {
+                // Like an answer that echoes the token: refused, and logged nowhere.
+                if self.inner.credential_masks.occurs_in(&text) {
+                    return failed(Failure::CredentialReflected);
+                }
                 tracing::warn!(
                     provider = %call.provider,
-                    error = %answer::loggable_error(&text, call.value),
+                    error = %answer::loggable_error(&text, &self.inner.masks, call.value),
                     "mcp tool answered an error"
                 );
                 failed(Failure::ToolError)
@@ -246,13 +309,23 @@ impl McpProvider {
         }
     }
 
-    /// What a failed request means; a JSON-RPC error's message is logged, redacted.
-    fn service_failure(&self, error: &ServiceError, value: &str) -> Failure {
+    /// What a failed request means, told to the session too (an error answer is an
+    /// answer; a failed transport is not). A JSON-RPC error's message is logged as
+    /// untrusted text, unless it quotes the token: then the call is
+    /// `CREDENTIAL_REFLECTED` and nothing is logged.
+    fn service_failure(&self, error: &ServiceError, value: &str, session: &Session) -> Failure {
         match error {
             ServiceError::McpError(error) => {
+                session.answered();
+                let quoted_data = error.data.as_ref().map(Json::to_string);
+                if self.inner.credential_masks.occurs_in(&error.message)
+                    || quoted_data.is_some_and(|data| self.inner.credential_masks.occurs_in(&data))
+                {
+                    return Failure::CredentialReflected;
+                }
                 tracing::warn!(
                     provider = %self.inner.provider,
-                    error = %answer::loggable_error(&error.message, value),
+                    error = %answer::loggable_error(&error.message, &self.inner.masks, value),
                     "mcp server answered an error"
                 );
                 Failure::ToolError
@@ -260,12 +333,17 @@ impl McpProvider {
             ServiceError::TransportSend(error)
                 if session::refuses_credentials(error.error.as_ref()) =>
             {
+                session.failed();
                 Failure::Unauthorized
             }
             ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
+                session.failed();
                 Failure::ConnectionReset
             }
-            ServiceError::Timeout { .. } => Failure::Deadline,
+            ServiceError::Timeout { .. } => {
+                session.failed();
+                Failure::Deadline
+            }
             _ => Failure::Malformed,
         }
     }
@@ -276,7 +354,7 @@ impl McpProvider {
         // A server that is still starting (a stdio child importing its libraries) gets
         // the start-up allowance; the listing itself gets the probe's own time.
         let allowed = deadline.saturating_duration_since(Instant::now());
-        let _ = self.peer(Instant::now() + STARTUP_ALLOWANCE).await;
+        let _ = self.session(Instant::now() + STARTUP_ALLOWANCE).await;
         let inventory = self.inventory(Instant::now() + allowed).await?;
         if let Some(problem) = self.binding_problem(&inventory) {
             return Err(problem);
@@ -284,7 +362,8 @@ impl McpProvider {
         Ok(inventory.server)
     }
 
-    /// What is wrong with the binding given what the server offers, if anything.
+    /// What is wrong with the binding given what the server offers, if anything. What
+    /// the server named is shown as untrusted text.
     pub(crate) fn binding_problem(&self, inventory: &Inventory) -> Option<String> {
         match &self.inner.lookup {
             McpLookup::Tool { tool, argument, .. } => {
@@ -292,7 +371,7 @@ impl McpProvider {
                     None => Some(format!("the server has no tool {tool:?}")),
                     Some(found) if !found.arguments.contains(argument) => Some(format!(
                         "tool {tool:?} has no argument {argument:?} in its input schema (it has: {})",
-                        found.arguments.join(", ")
+                        self.shown(&found.arguments.join(", "))
                     )),
                     Some(_) => None,
                 }
@@ -306,11 +385,20 @@ impl McpProvider {
         }
     }
 
+    /// A server's text as it may be shown: bounded, escaped, the binding's own secrets
+    /// and secret patterns masked.
+    fn shown(&self, text: &str) -> UntrustedText {
+        UntrustedText::new(text, &self.inner.masks)
+    }
+
     /// The server's tools, resources and resource templates (first page of each).
     pub(crate) async fn inventory(&self, deadline: Instant) -> Result<Inventory, String> {
-        let peer = self.peer(deadline).await.map_err(|failure| {
+        let session = self.session(deadline).await.map_err(|failure| {
             format!("{} ({})", failure.status(), failure.detail().unwrap_or(""))
         })?;
+        let peer = session.peer();
+        // Checked when the session started: a version that is not a fit label refuses
+        // the session.
         let server = peer
             .peer_info()
             .and_then(|info| info.server_info.as_ref().map(|s| s.version.clone()));
@@ -349,14 +437,18 @@ impl McpProvider {
         };
         match timeout_at(deadline, fetch).await {
             Err(_) => Err("TIMEOUT listing the server's tools".to_owned()),
-            Ok(Err(problem)) => Err(redacted_owned(&problem)),
+            Ok(Err(problem)) if self.inner.credential_masks.occurs_in(&problem) => Err(format!(
+                "{} ({}): the server's error listing its tools quoted the bearer token",
+                Failure::CredentialReflected.status(),
+                Failure::CredentialReflected.detail().unwrap_or(""),
+            )),
+            Ok(Err(problem)) => Err(format!(
+                "listing the server's tools failed: {}",
+                self.shown(&problem)
+            )),
             Ok(Ok(inventory)) => Ok(inventory),
         }
     }
-}
-
-fn redacted_owned(text: &str) -> String {
-    crate::providers::redact::redacted(text).into_owned()
 }
 
 /// The property names of a JSON schema object.
@@ -423,11 +515,15 @@ impl McpProvider {
             .collect();
         let mut resources = inventory.templates.clone();
         resources.extend(inventory.resources.iter().cloned());
-        Ok(format!(
-            "server {} offers tools [{}] and resources [{}]; the binding's {} is among them",
-            inventory.server.as_deref().unwrap_or("-"),
+        let offer = format!(
+            "tools [{}] and resources [{}]",
             tools.join(", "),
-            resources.join(", "),
+            resources.join(", ")
+        );
+        Ok(format!(
+            "server {} offers {}; the binding's {} is among them",
+            inventory.server.as_deref().unwrap_or("-"),
+            UntrustedText::with_limit(offer.as_bytes(), &self.inner.masks, MAX_OFFER_BYTES),
             match &self.inner.lookup {
                 McpLookup::Tool { tool, argument, .. } => format!("tool {tool}({argument})"),
                 McpLookup::Resource { template } => format!("resource {template}"),

@@ -1,19 +1,28 @@
 """An MCP server for ctxd's integration tests, written with the official Python SDK.
 
-    server.py stdio
+    server.py stdio [--hostile-stderr]
     server.py http PORT           (requires `Authorization: Bearer $MCP_TEST_TOKEN`)
 
 Tools take the lookup value as `customer`: `lookup` answers, `profile` answers with
 structured content, `fail` returns an error, `hang` never answers (and writes
 $MCP_TEST_MARKS/cancelled when the call is cancelled), `die` exits the process mid-call,
 `big` returns 2 MiB, `many` seven text blocks, `wide` one of 100 KiB, `aws` returns an AWS access key id, `reflect` returns the bearer
-token it was sent, `env` reports which environment variables it sees. The resource
-template `customers://{customer}/profile` reads a customer's profile; `flaky://{customer}`
-answers once, then fails.
+token it was sent, `env` reports which environment variables it sees, `version` the
+protocol version the client asked for in `initialize`, `cwd` its working directory and
+what is in it, `noisy` writes a line to stderr before it answers, `flood` writes 128 MiB
+to stderr without a newline (then $MCP_TEST_MARKS/flooded, then the newline), `forge` writes control characters (a forged log line, CR,
+ESC, OSC) to stderr and fails with them in its error. The resource template
+`customers://{customer}/profile` reads a customer's profile; `flaky://{customer}` answers
+once, then fails.
+
+With `--hostile-stderr` the server first writes bytes that are not UTF-8 to stderr, and
+dies of SIGPIPE (as a C or Go program would) if it ever writes to a stderr no one reads.
 """
 
 import asyncio
+import json
 import os
+import signal
 import sys
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -112,6 +121,48 @@ def env(customer: str) -> str:
     return " ".join(sorted(os.environ))
 
 
+@server.tool()
+def version(customer: str, ctx: Context) -> str:
+    """The protocol version the client asked for in `initialize`."""
+    return ctx.session.client_params.protocol_version
+
+
+@server.tool()
+def cwd(customer: str) -> str:
+    """The working directory and its entries, as JSON."""
+    return json.dumps({"cwd": os.getcwd(), "entries": sorted(os.listdir("."))})
+
+
+@server.tool()
+def noisy(customer: str) -> str:
+    """Writes a line to stderr, then answers."""
+    print("noisy call", file=sys.stderr, flush=True)
+    return "noisy answer"
+
+
+@server.tool()
+def flood(customer: str) -> str:
+    """128 MiB on stderr in one line without a newline, then an answer."""
+    chunk = b"z" * (1 << 20)
+    for _ in range(128):
+        sys.stderr.buffer.write(chunk)
+    sys.stderr.buffer.flush()
+    mark("flooded")
+    sys.stderr.buffer.write(b"\n")
+    sys.stderr.buffer.flush()
+    return "flooded"
+
+
+FORGED = "bad\n2026-01-01T00:00:00.000000Z  INFO forged line\r\x1b[31mred\x1b]0;owned\x07"
+
+
+@server.tool()
+def forge(customer: str) -> str:
+    """Control characters on stderr and in the error."""
+    print(f"stderr {FORGED}", file=sys.stderr, flush=True)
+    raise ToolError(f"error {FORGED}")
+
+
 @server.resource("customers://{customer}/profile")
 def customer_profile(customer: str) -> str:
     """A customer's profile, by URI."""
@@ -132,6 +183,10 @@ def flaky(customer: str) -> str:
 
 def main() -> None:
     mark("started")
+    if "--hostile-stderr" in sys.argv:
+        sys.stderr.buffer.write(b"\xff\xfe not utf-8 \xc3\x28\n")
+        sys.stderr.buffer.flush()
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     # One stderr line with a secret in it: ctxd logs it redacted.
     print("starting with key AKIAQ3RT7KWY2ZZW4N5P", file=sys.stderr, flush=True)
     if sys.argv[1] == "stdio":
