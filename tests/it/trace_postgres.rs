@@ -651,3 +651,39 @@ fn an_inline_connection_string_is_refused_and_never_echoed() {
         assert!(!shown.contains("pw-s3cr3t"), "{shown}");
     }
 }
+
+/// A server that quotes the connection string's password (here: a database named like
+/// it, which the refusal names) never gets it into `doctor` or `serve`'s output.
+#[tokio::test]
+async fn a_server_message_quoting_the_stores_password_is_masked() {
+    let crm = crm().await;
+    let deployment = on_postgres(postgres_deployment(&crm, ""));
+    let mut bytes = [0u8; 4];
+    getrandom::fill(&mut bytes).unwrap();
+    let password = format!("wombat_lantern_{}", hex::encode(bytes));
+    let dsn = format!(
+        "host=127.0.0.1 port=5432 user=postgres password={password} dbname={password} sslmode=disable"
+    );
+    for command in ["doctor", "serve"] {
+        let config = deployment.config.clone();
+        let dsn = dsn.clone();
+        let output = tokio::task::spawn_blocking(move || {
+            ctxd_cli()
+                .args([command, "--config", config.to_str().unwrap()])
+                .env(DSN_ENV, dsn)
+                .env("CTXD_TEST_DIGEST_KEY", DIGEST_KEY)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        let shown = stdout_of(&output) + &stderr_of(&output);
+        assert!(!output.status.success(), "{command}: {shown}");
+        assert!(shown.contains("does not exist"), "{command}: {shown}");
+        assert!(
+            shown.contains("[REDACTED:binding_secret]"),
+            "{command}: {shown}"
+        );
+        assert!(!shown.contains(&password), "{command}: {shown}");
+    }
+}

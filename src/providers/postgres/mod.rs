@@ -57,7 +57,7 @@
 use super::bounds::BoundsViolation;
 use super::items::ItemsBuilder;
 use super::untrusted::{Masks, UntrustedText};
-use super::{LookupCall, PoolSettings, RecycleCheck, bounds, redact};
+use super::{LookupCall, PoolSettings, RecycleCheck, bounds};
 use crate::contract::{Currentness, Source};
 use crate::outcome::{Failure, Outcome};
 use columns::{Layout, RowProblem};
@@ -516,19 +516,14 @@ fn words(error: &tokio_postgres::Error) -> String {
     }
 }
 
-/// [`words`] as a provider shows them: untrusted text, the connection string's password
-/// (`masks`) masked with the secret patterns, bounded and escaped.
-fn shown_words(error: &tokio_postgres::Error, masks: &Masks) -> String {
+/// [`words`] as a provider or the trace store shows them: untrusted text, the connection
+/// string's password (`masks`) masked with the secret patterns, bounded and escaped.
+pub(crate) fn shown_words(error: &tokio_postgres::Error, masks: &Masks) -> String {
     UntrustedText::new(&words(error), masks).into_string()
 }
 
-/// [`words`] with secret patterns redacted (the trace store's messages).
-pub(crate) fn server_words(error: &tokio_postgres::Error) -> String {
-    redact::redacted(&words(error)).into_owned()
-}
-
 /// The masks of a connection string: its password (and its percent-encoded form).
-fn dsn_masks(config: &tokio_postgres::Config) -> Masks {
+pub(crate) fn dsn_masks(config: &tokio_postgres::Config) -> Masks {
     let mut masks = Masks::none();
     if let Some(password) = config.get_password() {
         masks.secret(&String::from_utf8_lossy(password));

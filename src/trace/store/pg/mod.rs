@@ -26,7 +26,8 @@ mod write;
 pub use write::PgTraceStore;
 
 use super::error::StoreError;
-use crate::providers::postgres::{dsn, server_words, tls_connector};
+use crate::providers::postgres::{dsn, dsn_masks, shown_words, tls_connector};
+use crate::providers::untrusted::Masks;
 use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
@@ -88,6 +89,8 @@ pub(crate) struct PgConnection {
     runtime: tokio::runtime::Runtime,
     client: tokio_postgres::Client,
     label: PathBuf,
+    /// The connection string's password: the server's words are shown through it.
+    masks: Masks,
 }
 
 impl fmt::Debug for PgConnection {
@@ -116,7 +119,7 @@ impl PgConnection {
         let (client, connection) = runtime
             .block_on(async { tokio::time::timeout(CONNECT_TIMEOUT, connecting).await })
             .map_err(|_| failed(format!("no answer within {CONNECT_TIMEOUT:?}")))?
-            .map_err(|error| failed(server_words(&error)))?;
+            .map_err(|error| failed(shown_words(&error, &dsn_masks(&target.config))))?;
         // Polled whenever a call on this thread waits on the runtime.
         runtime.spawn(async move {
             let _ = connection.await;
@@ -125,6 +128,7 @@ impl PgConnection {
             runtime,
             client,
             label,
+            masks: dsn_masks(&target.config),
         };
         conn.batch(
             "set the statement timeout",
@@ -167,12 +171,13 @@ impl PgConnection {
         F: Future<Output = Result<T, tokio_postgres::Error>> + 'a,
     {
         let label = self.label.clone();
+        let masks = &self.masks;
         self.runtime
             .block_on(work(&mut self.client))
             .map_err(|error| StoreError::Postgres {
                 store: label,
                 action,
-                reason: server_words(&error),
+                reason: shown_words(&error, masks),
             })
     }
 
@@ -185,7 +190,7 @@ impl PgConnection {
         StoreError::Postgres {
             store: self.label.clone(),
             action,
-            reason: server_words(error),
+            reason: shown_words(error, &self.masks),
         }
     }
 }
