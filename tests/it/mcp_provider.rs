@@ -1018,6 +1018,49 @@ fn http_lines(url: &str) -> String {
     )
 }
 
+/// A stdio server answering with one line of a million and a half JSON values (3 MB):
+/// parsed whole, it would cost ctxd well over a hundred MiB; the line's value count ends
+/// the session first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_a_message_of_too_many_values_costs_bounded_memory() {
+    let Some(python) = python_with_mcp() else {
+        return;
+    };
+    let script = root().join("tests/it/mcp/values.py");
+    let lines = format!(
+        "command = {:?}\nargs = [{:?}]\ntool = \"zeros\"\nargument = \"customer\"",
+        python.display().to_string(),
+        script.display().to_string(),
+    );
+    let (_deployment, mut ctxd) = served(&[("zeros", lines)], &[]);
+    probed(&ctxd).await;
+    let before = status_kib(ctxd.pid(), "VmRSS:");
+    std::fs::write(format!("/proc/{}/clear_refs", ctxd.pid()), "5").unwrap();
+    let (status, body) = turn(
+        &ctxd,
+        SERVED_KEY,
+        serde_json::json!({"project": "acme", "inputs": {"customerId": "CUST-7001"}}),
+    )
+    .await;
+    let peak = status_kib(ctxd.pid(), "VmHWM:");
+    let growth_mib = peak.saturating_sub(before) / 1024;
+    eprintln!("ctxd RSS {before} KiB before, peak {peak} KiB: +{growth_mib} MiB");
+    assert_eq!(status, 200, "{body:#}");
+    assert_ne!(provider(&body, "zeros")["status"], "OK", "{body:#}");
+    assert!(
+        growth_mib < 32,
+        "a message of 1.5 M values cost {growth_mib} MiB"
+    );
+    ctxd.terminate();
+    ctxd.wait(Duration::from_secs(20));
+    assert!(
+        ctxd.logs()
+            .contains("mcp server message holds more JSON values than a lookup may take"),
+        "{}",
+        ctxd.logs()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn served_a_token_the_server_echoes_is_in_no_log_line_readiness_problem_or_trace() {
     let server = Hostile::start().await;

@@ -16,6 +16,7 @@
 //! an answer that does (`CREDENTIAL_REFLECTED`) and logged nowhere.
 
 pub(crate) mod answer;
+mod child;
 pub(crate) mod http;
 pub(crate) mod session;
 mod stderr;

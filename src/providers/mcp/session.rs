@@ -13,6 +13,7 @@
 //! untrusted text ([`super::stderr`]), and is killed when the supervisor stops.
 
 use super::McpConnection;
+use super::child::ChildTransport;
 use super::http::SessionAwareClient;
 use super::stderr;
 use crate::outcome::Failure;
@@ -24,13 +25,12 @@ use rmcp::model::{
 };
 use rmcp::service::{ClientCacheConfig, ClientInitializeError, ServiceError};
 use rmcp::service::{Peer, RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::streamable_http_client::{
     AuthRequiredError, HttpStatusError, InsufficientScopeError, StreamableHttpError,
 };
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -41,9 +41,8 @@ use tokio::time::{Instant, timeout};
 /// `initialize` (rmcp's `ProtocolVersion::LATEST` is a draft that has none).
 pub(crate) const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion::LATEST_WITH_INITIALIZE;
 
-/// Largest JSON message accepted over HTTP before the provider's own 1 MiB bound is
-/// applied (that one gives `LIMIT_EXCEEDED`); it only caps memory.
-const MAX_HTTP_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+/// Largest JSON message accepted over HTTP, as over stdio.
+const MAX_HTTP_MESSAGE_BYTES: usize = super::child::MAX_MESSAGE_BYTES;
 /// How long an HTTP server has to answer `initialize` (and a new session's `initialize`
 /// when the transport renews one).
 pub(crate) const HTTP_INITIALIZE_DEADLINE: Duration = Duration::from_secs(10);
@@ -409,12 +408,8 @@ async fn connect(
             for (name, value) in env {
                 process.env(name, value.expose());
             }
-            let (transport, stderr) = TokioChildProcess::builder(process)
-                .stderr(Stdio::piped())
-                .spawn()
+            let (transport, stderr) = ChildTransport::spawn(process)
                 .map_err(|error| refused(format!("cannot start {command:?}: {error}")))?;
-            let stderr =
-                stderr.ok_or_else(|| refused("the server's standard error is not piped".into()))?;
             // The directory goes when the child's standard error ends, with the child.
             tokio::spawn(stderr::log_lines(
                 provider.to_owned(),
