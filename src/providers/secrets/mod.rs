@@ -454,7 +454,7 @@ pub(crate) fn scan_json(value: &Value) -> Option<Detector> {
 }
 
 /// Scans a JSON object's keys and values as [`scan_json`] does, without copying it.
-pub(crate) fn scan_map(map: &serde_json::Map<String, Value>) -> Option<Detector> {
+pub fn scan_map(map: &serde_json::Map<String, Value>) -> Option<Detector> {
     map.iter().find_map(|(key, value)| {
         scan(key).or_else(|| match value {
             Value::String(text) => scan(text).or_else(|| scan(&format!("{key}: {text}"))),
