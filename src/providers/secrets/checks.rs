@@ -617,9 +617,12 @@ fn yaml_lines(text: &str, document: Range<usize>) -> Vec<YamlLine<'_>> {
 /// The secret values of the Kubernetes `kind: Secret` manifest whose `kind:` is at
 /// `kind_at`: each value under `data:` that is base64 of 10 or more characters, and
 /// each value under `stringData:` that looks generated. Empty values, `""`, templates
-/// (`{{ … }}`) and list entries (`- key: …`, as in an ExternalSecret) are not.
-pub(super) fn kubernetes_secret_values(text: &str, kind_at: usize) -> Vec<Range<usize>> {
-    let lines = yaml_lines(text, yaml_document(text, kind_at));
+/// (`{{ … }}`) and list entries (`- key: …`, as in an ExternalSecret) are not. Also
+/// returns where the document walked ends, so that a caller walks it once.
+pub(super) fn kubernetes_secret_values(text: &str, kind_at: usize) -> (Vec<Range<usize>>, usize) {
+    let document = yaml_document(text, kind_at);
+    let walked_to = document.end;
+    let lines = yaml_lines(text, document);
     let mut values = Vec::new();
     let mut i = 0;
     while i < lines.len() {
@@ -698,7 +701,7 @@ pub(super) fn kubernetes_secret_values(text: &str, kind_at: usize) -> Vec<Range<
             }
         }
     }
-    values
+    (values, walked_to)
 }
 
 /// The byte after the line break at `at` (`\n`, `\r\n`, or the two-character escape
@@ -1038,10 +1041,9 @@ mod tests {
     fn kubernetes_secret_values_are_the_data_values() {
         let manifest = "apiVersion: v1\ndata:\n  password: UyFCXCpkJHpEc2I9\n  short: YmFyCg==\n  empty: \"\"\n  tpl: {{ .Values.x }}\n  .dockercfg: |\n    eyJhdXRocyI6e30K\nkind: Secret\nstringData:\n  token: Xk9mQ2vL7pR4sT6u\n  note: hello\n---\nkind: ConfigMap\ndata:\n  key: c2VjcmV0L215c2VjcmV0\n";
         let kind = manifest.find("kind: Secret").unwrap();
-        let values: Vec<&str> = kubernetes_secret_values(manifest, kind)
-            .into_iter()
-            .map(|r| &manifest[r])
-            .collect();
+        let (values, walked_to) = kubernetes_secret_values(manifest, kind);
+        let values: Vec<&str> = values.into_iter().map(|r| &manifest[r]).collect();
+        assert_eq!(walked_to, manifest.find("\n---").unwrap());
         assert_eq!(
             values,
             ["UyFCXCpkJHpEc2I9", "eyJhdXRocyI6e30K", "Xk9mQ2vL7pR4sT6u"]

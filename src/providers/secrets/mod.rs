@@ -266,6 +266,16 @@ impl Scanner {
                     if start < searched_to {
                         continue;
                     }
+                    if rule.check == Check::KubernetesSecret {
+                        // One walk per YAML document, however many `kind: Secret`
+                        // lines it holds.
+                        let (values, walked_to) = checks::kubernetes_secret_values(text, start);
+                        for value in values.into_iter().filter(|v| v.start >= searched_to) {
+                            found.push((rule_index, rule.name, value));
+                        }
+                        searched_to = walked_to;
+                        continue;
+                    }
                     let input = Input::new(text)
                         .span(start..text.len())
                         .anchored(Anchored::Yes);
@@ -437,7 +447,10 @@ fn assignment_after(text: &[u8], key_start: usize, key_end: usize) -> bool {
         return false;
     }
     if text[key_start] == b'-' {
-        return text.get(at).is_some_and(|b| !b.is_ascii_whitespace());
+        // `--api-key <value>`; `--api-key --next-option` has no value.
+        return text
+            .get(at)
+            .is_some_and(|&b| !b.is_ascii_whitespace() && b != b'-');
     }
     let type_start = at;
     while at < text.len()
@@ -517,9 +530,8 @@ fn search_window(
     }
 }
 
-/// Checks a pattern match against its rule and pushes the secrets it holds (a
-/// Kubernetes Secret manifest holds several) onto `found`. Returns the range of the
-/// last one, or `None` when the match is no secret.
+/// Checks a pattern match against its rule and pushes the secret it holds onto
+/// `found`. Returns its range, or `None` when the match is no secret.
 fn accept(
     text: &str,
     rule_index: usize,
@@ -528,7 +540,7 @@ fn accept(
     found: &mut Vec<(usize, &'static str, Range<usize>)>,
 ) -> Option<Range<usize>> {
     let rule = &RULES[rule_index];
-    let (kind, range) = accepted(text, rule, compiled, captures, found, rule_index)?;
+    let (kind, range) = accepted(text, rule, compiled, captures)?;
     if rule.min_entropy > 0.0 {
         let body = compiled
             .body_group
@@ -548,8 +560,6 @@ fn accepted(
     rule: &Rule,
     compiled: &Compiled,
     captures: &Captures,
-    found: &mut Vec<(usize, &'static str, Range<usize>)>,
-    rule_index: usize,
 ) -> Option<(&'static str, Range<usize>)> {
     let whole = captures.get_match()?.range();
     let group = |index: Option<usize>| index.and_then(|g| captures.get_group(g)).map(|s| s.range());
@@ -600,14 +610,8 @@ fn accepted(
             checks::curl_credential(text, credential).map(|range| (name, range))
         }
         Check::Base64Jwt => checks::is_base64_jwt(secret).then_some((name, range)),
-        Check::KubernetesSecret => {
-            let mut values = checks::kubernetes_secret_values(text, whole.start);
-            let last = values.pop()?;
-            for value in values {
-                found.push((rule_index, name, value));
-            }
-            Some((name, last))
-        }
+        // Walked in `Scanner::find`, one document at a time.
+        Check::KubernetesSecret => None,
         Check::Assignment => {
             let key_range = group(compiled.key_group)?;
             // A key inside a value (`arn:aws:…:secret:prod/db`, `a=b=c`) is no key.
@@ -1580,6 +1584,16 @@ mod tests {
             "eyJ.",
             "Bearer ",
             "xoxb-",
+            "aws secret ",
+            "AKIA0123456789ABCDEF ",
+            "storage ",
+            "cloudflare: ",
+            "curl -u a:b ",
+            "- name: API_TOKEN\n  value: x\n",
+            "kind: Secret\ndata:\n  a: ",
+            "u:p@h@",
+            "Authorization: ",
+            "--api-key ",
         ] {
             let time = |n: usize| {
                 let text = unit.repeat(n);
