@@ -1202,6 +1202,160 @@ mod tests {
         }
     }
 
+    /// The rest of the added detectors, and the detectors whose shape changed to match
+    /// their format: a text each must find, a near miss each must pass over.
+    #[test]
+    fn added_and_reshaped_token_formats() {
+        let hex = |n, seed| random(HEX, n, seed);
+        let alnum = |n, seed| random(ALNUM, n, seed);
+        // (detector, secret, near miss)
+        let cases: Vec<(&str, String, String)> = vec![
+            (
+                "authress_access_key",
+                format!(
+                    "sc_{}.{}.acc_{}.{}",
+                    alnum(10, 1),
+                    alnum(4, 2),
+                    alnum(10, 3),
+                    random(B64URL, 40, 4)
+                ),
+                format!("sc_{}.{}", alnum(10, 1), alnum(4, 2)),
+            ),
+            (
+                "defined_networking_token",
+                format!("dnkey-{}-{}", random(B64URL, 26, 5), random(B64URL, 52, 6)),
+                format!("dnkey-{}", random(B64URL, 26, 5)),
+            ),
+            (
+                "intra42_client_secret",
+                format!("{}{}", "s-s4t2ud-", hex(64, 7)),
+                format!("{}{}", "s-s4t2ud-", hex(32, 7)),
+            ),
+            (
+                "maxmind_license_key",
+                format!("{}_{}_mmk", alnum(6, 8), alnum(29, 9)),
+                format!("{}_{}_mmk", "aaaaaa", "a".repeat(29)),
+            ),
+            (
+                "settlemint_token",
+                format!("{}{}", "sm_pat_", alnum(16, 10)),
+                format!("{}{}", "sm_pat_", alnum(10, 10)),
+            ),
+            (
+                "anthropic_key",
+                format!("{}{}AA", "sk-ant-admin01-", random(B64URL, 93, 11)),
+                "sk-ant-api03-abc123xyz-456de-klMnopqrstuvwx-3456yza789bcde-1234fghijklmnopAA"
+                    .to_owned(),
+            ),
+            (
+                "sentry_token",
+                format!(
+                    "sntrys_{}_{}",
+                    "eyJpYXQiOjE3MDAwMDAwMDAuNSwidXJsIjoiaHR0cHM6Ly9zZW50cnkuaW8iLCJvcmciOiJhY21lIn0=",
+                    random(B64, 43, 12)
+                ),
+                format!("sntrys_{}_{}", alnum(90, 13), alnum(43, 14)),
+            ),
+            (
+                "google_api_key",
+                format!("{}{}", "AIza", random(B64URL, 35, 15)),
+                format!("apiKey: \"{}{}\"", "AIza", "a".repeat(35)),
+            ),
+            (
+                "gitlab_token",
+                format!("{}{}", "GR1348941", random(B64URL, 20, 16)),
+                format!("{}{}", "GR1348941", "12312312312312312312"),
+            ),
+            (
+                "gitlab_token",
+                format!("_gitlab_session={}", random(LOWER_ALNUM, 32, 17)),
+                "_gitlab_session=expired".to_owned(),
+            ),
+            (
+                "easypost_api_key",
+                format!("{}{}", "EZTK", alnum(54, 18)),
+                format!("{}{}", "EZTK", alnum(50, 18)),
+            ),
+            (
+                "dynatrace_token",
+                format!(
+                    "dt0c01.{}.{}",
+                    random(LOWER_ALNUM, 24, 19),
+                    random(LOWER_ALNUM, 64, 20)
+                ),
+                "dt0c01.".to_owned(),
+            ),
+            (
+                "square_token",
+                format!("{}{}", "EAAA", random(B64URL, 60, 21)),
+                format!("aws-cli@sha256:eaaa{}", hex(60, 22)),
+            ),
+            (
+                "grafana_token",
+                format!("{}{}", "eyJrIjoi", alnum(70, 23)),
+                format!("glc_{}=", "1".repeat(42)),
+            ),
+            (
+                "flutterwave_secret_key",
+                format!("{}{}", "FLWSECK_TEST-", hex(12, 24)),
+                "FLWSECK".to_owned(),
+            ),
+            (
+                "onepassword_secret_key",
+                format!(
+                    "A3-{}-{}-{}-{}-{}",
+                    "ASWWYB", "798JRYLJVD4", "23DC2", "86TVM", "H43EB"
+                ),
+                "A3-XXXXXX-XXXXXXXXXXX-XXXXX-XXXXX-XXXXX".to_owned(),
+            ),
+            (
+                "artifactory_token",
+                format!("{}{}", "cmVmd", alnum(59, 25)),
+                format!("{}{}", "cmVmd", "X".repeat(59)),
+            ),
+            (
+                "harness_token",
+                format!("pat.{}.{}.{}", alnum(22, 26), alnum(24, 27), alnum(20, 28)),
+                format!("pat.{}", alnum(22, 26)),
+            ),
+            (
+                "typeform_token",
+                format!("{}{}", "tfp_", random("abcdef0123456789-_.=", 59, 29)),
+                "tfp_".to_owned(),
+            ),
+            (
+                "stripe_key",
+                format!("{}{}", "rk_prod_", alnum(40, 30)),
+                format!("task_test_{}", alnum(30, 30)),
+            ),
+            (
+                "new_relic_key",
+                format!("{}{}", "NRAK-", random(LOWER_ALNUM, 27, 31)),
+                "NRAK-".to_owned(),
+            ),
+            (
+                "sendgrid_api_key",
+                format!("{}{}", "SG.", random("abcdefghij0123456789=_-.", 66, 32)),
+                "SG.foo and SG.bar".to_owned(),
+            ),
+        ];
+        for (name, secret, near_miss) in &cases {
+            let text = format!("value {secret} end");
+            let found: Vec<SecretMatch> = scan_all(&text).collect();
+            assert!(
+                found
+                    .iter()
+                    .any(|m| m.kind == *name && text[m.range.clone()].contains(secret.as_str())),
+                "{name} in {text:?}: {found:?}"
+            );
+            assert_eq!(
+                scan(near_miss),
+                None,
+                "{name}: false positive on {near_miss:?}"
+            );
+        }
+    }
+
     /// The keyed detectors: the service's name in a key, a value of the service's
     /// shape; the same key with a value of another shape is no secret.
     #[test]
