@@ -1,9 +1,12 @@
 //! The secret scanner's throughput: `scan` (is there a secret, which detector) and
 //! `scan_all` (every secret with its range, what redaction uses) over 1 MiB of clean
-//! provider content and over 1 MiB with a secret every ~300 bytes.
+//! provider content and over 1 MiB with a secret every ~300 bytes; and its cost per
+//! provider item as the turn path scans one (every field, metadata entries also as
+//! `key: value`), for an item with no keyword and for one whose prose holds several.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ctxd::providers::secrets;
+use serde_json::{Map, Value, json};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -133,6 +136,53 @@ fn dense_text(rng: &mut Rng, bytes: usize) -> String {
     text
 }
 
+/// A provider item's fields, as the turn path's bounds step scans them.
+struct ItemFields {
+    id: &'static str,
+    title: &'static str,
+    content: &'static str,
+    metadata: Map<String, Value>,
+    updated_at: &'static str,
+}
+
+impl ItemFields {
+    /// Every field scanned in the bounds step's order; the first detector found.
+    fn scan(&self) -> Option<secrets::Detector> {
+        secrets::scan(self.id)
+            .or_else(|| secrets::scan(self.title))
+            .or_else(|| secrets::scan(self.content))
+            .or_else(|| secrets::scan_map(&self.metadata))
+            .or_else(|| secrets::scan(self.updated_at))
+    }
+}
+
+fn object(value: Value) -> Map<String, Value> {
+    value.as_object().expect("an object").clone()
+}
+
+/// The load bench's item: no word or prefix that any rule looks for.
+fn clean_item() -> ItemFields {
+    ItemFields {
+        id: "REC-0001",
+        title: "Account state",
+        content: "Enterprise customer since 2021; 240 seats in EU-Central; renewal due 2027-01-31; no open escalations.",
+        metadata: object(json!({"plan": "Enterprise", "region": "EU-Central"})),
+        updated_at: "2026-11-28T09:14:00Z",
+    }
+}
+
+/// An item about credentials without one: the words password, token, secret and key,
+/// and a URL, each a keyword whose precheck or pattern then runs.
+fn keyword_item() -> ItemFields {
+    ItemFields {
+        id: "TCK-5531",
+        title: "Password reset",
+        content: "The admin resets a password or an API token from the portal at https://support.example.com/articles/88?lang=en; the secret key is never sent by email.",
+        metadata: object(json!({"category": "account", "token_type": "bearer"})),
+        updated_at: "2026-11-28T09:14:00Z",
+    }
+}
+
 fn benches(c: &mut Criterion) {
     let mut rng = Rng(0x5EC2_E75C_A11E_D000);
     let clean = clean_text(&mut rng, SIZE);
@@ -159,6 +209,22 @@ fn benches(c: &mut Criterion) {
     });
     group.bench_function("scan_all dense 1 MiB (a secret per ~300 B)", |b| {
         b.iter(|| secrets::scan_all(black_box(&dense)).count())
+    });
+    group.finish();
+
+    let (clean_item, keyword_item) = (clean_item(), keyword_item());
+    assert!(clean_item.scan().is_none() && keyword_item.scan().is_none());
+    let mut group = c.benchmark_group("secrets");
+    group
+        .sample_size(40)
+        .measurement_time(Duration::from_secs(4))
+        .warm_up_time(Duration::from_secs(1));
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("item without a keyword", |b| {
+        b.iter(|| black_box(&clean_item).scan())
+    });
+    group.bench_function("item with keywords", |b| {
+        b.iter(|| black_box(&keyword_item).scan())
     });
     group.finish();
 }

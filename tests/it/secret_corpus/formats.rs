@@ -27,7 +27,7 @@ fn github(r: &mut Rng, prefix: &str) -> String {
 }
 
 /// A JWT with the given header and claims, and a random signature of `sig` characters.
-fn jwt(r: &mut Rng, alg: &str, sig: usize) -> String {
+pub(crate) fn jwt(r: &mut Rng, alg: &str, sig: usize) -> String {
     let header = format!(r#"{{"alg":"{alg}","typ":"JWT"}}"#);
     let claims = format!(
         r#"{{"sub":"{}","iat":{},"exp":{},"scope":"read write"}}"#,
@@ -956,6 +956,255 @@ pub(crate) const FORMATS: &[(&str, MakeFormat)] = &[
                 "https://maker.ifttt.com/trigger/deploy/with/key/{}",
                 r.b64url(22)
             ),
+        )
+    }),
+    // Context-dependent formats: a value that only its surroundings make a secret.
+    ("aws_secret_in_cli_transcript", |r| {
+        let secret = r.b64(40);
+        framed(
+            format!(
+                "$ aws configure\nAWS Access Key ID [None]: AKIA{}\nAWS Secret Access Key [None]: {secret}\nDefault region name [None]: eu-west-1",
+                r.chars(BASE32, 16)
+            ),
+            secret,
+        )
+    }),
+    ("aws_secret_in_prose", |r| {
+        let secret = r.b64(40);
+        let text = match r.below(3) {
+            0 => format!(
+                "Here are the AWS credentials for the ci user: access key AKIA{}, secret {secret}",
+                r.chars(BASE32, 16)
+            ),
+            1 => format!("aws secret: {secret} (rotate after the migration)"),
+            _ => format!(
+                "The AWS secret key for the backup job is {secret}, keep it out of the wiki."
+            ),
+        };
+        framed(text, secret)
+    }),
+    ("aws_secret_cli_flags", |r| {
+        let secret = r.b64(40);
+        let text = match r.below(2) {
+            0 => format!("aws configure set aws_secret_access_key {secret} --profile ci"),
+            _ => format!(
+                "s3cmd --access_key=AKIA{} --secret_key={secret} ls s3://media-prod",
+                r.chars(BASE32, 16)
+            ),
+        };
+        framed(text, secret)
+    }),
+    ("aws_secret_unlabelled_pair", |r| {
+        let secret = r.b64(40);
+        let text = match r.below(3) {
+            0 => format!(
+                "{{\"key\": \"AKIA{}\", \"value\": \"{secret}\"}}",
+                r.chars(BASE32, 16)
+            ),
+            1 => format!(
+                "provider \"aws\" {{\n  access_key = \"AKIA{}\"\n  secret_key = \"{secret}\"\n}}",
+                r.chars(BASE32, 16)
+            ),
+            _ => format!(
+                "boto3.client(\"s3\", aws_access_key_id=\"AKIA{}\", aws_secret_access_key=\"{secret}\")",
+                r.chars(BASE32, 16)
+            ),
+        };
+        framed(text, secret)
+    }),
+    ("aws_secret_access_key_phrase", |r| {
+        let secret = r.b64(40);
+        let text = match r.below(3) {
+            0 => format!("Your secret access key is {secret} and it is shown only once."),
+            1 => format!(
+                "Access key ID: AKIA{}\nSecret access key: {secret}",
+                r.chars(BASE32, 16)
+            ),
+            _ => format!("- name: AWS_SECRET_ACCESS_KEY\n  value: {secret}"),
+        };
+        framed(text, secret)
+    }),
+    ("azure_storage_key_env", |r| {
+        let secret = r.b64_bytes(64);
+        framed(format!("export AZURE_STORAGE_KEY=\"{secret}\""), secret)
+    }),
+    ("azure_storage_key_cli_flag", |r| {
+        let secret = r.b64_bytes(64);
+        framed(
+            format!(
+                "az storage blob upload --account-name stprod{} --account-key {secret} --container-name backups --file db.bak",
+                r.lower_alnum(5)
+            ),
+            secret,
+        )
+    }),
+    ("azure_storage_keys_list_json", |r| {
+        let secret = r.b64_bytes(64);
+        framed(
+            format!(
+                "[\n  {{\n    \"creationTime\": \"2025-01-0{}T10:00:00.000000+00:00\",\n    \"keyName\": \"key1\",\n    \"permissions\": \"FULL\",\n    \"value\": \"{secret}\"\n  }}\n]",
+                1 + r.below(9)
+            ),
+            secret,
+        )
+    }),
+    ("azure_storage_key_powershell", |r| {
+        let secret = r.b64_bytes(64);
+        framed(
+            format!(
+                "$storageKey = \"{secret}\"\nNew-AzStorageContext -StorageAccountName stprod -StorageAccountKey $storageKey"
+            ),
+            secret,
+        )
+    }),
+    ("cloudflare_user_api_token", |r| {
+        token(
+            "CLOUDFLARE_API_TOKEN",
+            format!("cfut_{}{}", r.alnum(40), r.hex(8)),
+        )
+    }),
+    ("cloudflare_account_api_token", |r| {
+        token(
+            "CF_ACCOUNT_TOKEN",
+            format!("cfat_{}{}", r.alnum(40), r.hex(8)),
+        )
+    }),
+    ("cloudflare_global_api_key", |r| {
+        token(
+            "CLOUDFLARE_API_KEY",
+            format!("cfk_{}{}", r.alnum(40), r.hex(8)),
+        )
+    }),
+    ("cloudflare_legacy_api_token", |r| {
+        let secret = r.b64url(40);
+        let text = match r.below(3) {
+            0 => format!("CLOUDFLARE_API_TOKEN={secret}"),
+            1 => format!("[cloudflare]\ntoken = \"{secret}\"\nzone = \"example.com\""),
+            _ => format!("cloudflare: {secret}"),
+        };
+        framed(text, secret)
+    }),
+    ("cloudflare_legacy_global_api_key", |r| {
+        let secret = r.hex(37);
+        let text = match r.below(3) {
+            0 => format!("CLOUDFLARE_GLOBAL_API_KEY={secret}\nCLOUDFLARE_EMAIL=ops@example.com"),
+            1 => format!("cloudflare_api_key: \"{secret}\""),
+            _ => format!("dns_cloudflare_api_key = {secret}"),
+        };
+        framed(text, secret)
+    }),
+    ("cloudflare_origin_ca_key", |r| {
+        token(
+            "CF_ORIGIN_CA_KEY",
+            format!("v1.0-{}-{}", r.hex(24), r.hex(146)),
+        )
+    }),
+    ("ftp_url_password", |r| {
+        let secret = password(r).replace(['#', '%', '^'], "x");
+        framed(
+            format!("mirror: ftp://deploy:{secret}@ftp.example.net/releases/"),
+            secret,
+        )
+    }),
+    // Unencoded `@`, `/`, `#`, `?`, `:` in a password. A `/` after an `@` reads as a
+    // path, as it does to any URL parser (`u:ab@host/cd@…`), so none is put there.
+    ("url_password_with_reserved_characters", |r| {
+        let first = *r.pick(&["@", "/", "#", "?", ":"]);
+        let second = if first == "@" {
+            *r.pick(&["@", "#", "!", "$"])
+        } else {
+            *r.pick(&["@", "/", "#", "!", "$"])
+        };
+        let secret = format!("{}{first}{}{second}{}", r.alnum(5), r.alnum(4), r.alnum(4));
+        framed(
+            format!(
+                "{}://svc_{}:{secret}@{}",
+                r.pick(&["https", "postgresql", "mysql", "sftp"]),
+                r.lower_alnum(4),
+                r.pick(&[
+                    "db.internal:5432/app",
+                    "files.example.net/in",
+                    "registry.example.com"
+                ])
+            ),
+            secret,
+        )
+    }),
+    ("git_clone_url_credentials", |r| {
+        let secret = r.alnum(24);
+        framed(
+            format!(
+                "git clone https://{}:{secret}@git.example.com/acme/app.git",
+                r.pick(&["ci-bot", "x-access-token", "oauth2", "deploy"])
+            ),
+            secret,
+        )
+    }),
+    ("smtp_url_encoded_user", |r| {
+        let secret = password(r).replace(['#', '%', '^'], "x");
+        framed(
+            format!("MAILER_DSN=smtps://alerts%40example.com:{secret}@smtp.example.com:465"),
+            secret,
+        )
+    }),
+    ("url_password_in_prose", |r| {
+        let secret = password(r).replace(['#', '%', '^'], "x");
+        framed(
+            format!(
+                "For the upload use sftp://admin:{secret}@10.0.{}.{}:22 and delete it afterwards.",
+                r.below(255),
+                1 + r.below(254)
+            ),
+            secret,
+        )
+    }),
+    ("url_email_as_user", |r| {
+        let secret = password(r).replace(['#', '%', '^'], "x");
+        framed(
+            format!(
+                "SMTP_URL=smtp://alerts@{}.example.com:{secret}@smtp.example.com:587",
+                r.lower_alnum(5)
+            ),
+            secret,
+        )
+    }),
+    ("url_token_as_user", |r| {
+        let secret = r.hex(40);
+        framed(
+            format!("git remote add origin https://{secret}@github.com/acme/app.git"),
+            secret,
+        )
+    }),
+    ("env_list_name_value", |r| {
+        let secret = r.b64url(40);
+        let text = match r.below(3) {
+            0 => format!(
+                "env:\n  - name: CLOUDFLARE_API_TOKEN\n    value: {secret}\n  - name: ZONE\n    value: example.com"
+            ),
+            1 => {
+                format!("\"environment\": [{{\"name\": \"DD_API_KEY\", \"value\": \"{secret}\"}}]")
+            }
+            _ => format!("- name: API_TOKEN\n  value: \"{secret}\""),
+        };
+        framed(text, secret)
+    }),
+    ("telegram_bot_token_any_second_letter", |r| {
+        let id_length = 9 + r.below(2);
+        token(
+            "TELEGRAM_TOKEN",
+            format!(
+                "{}:A{}{}",
+                r.digits(id_length),
+                r.pick(&["B", "C", "E", "F", "G", "H"]),
+                r.b64url(33)
+            ),
+        )
+    }),
+    ("telegram_bot_api_url", |r| {
+        let secret = format!("{}:AA{}", r.digits(10), r.b64url(33));
+        framed(
+            format!("curl -s https://api.telegram.org/bot{secret}/sendMessage -d chat_id=42"),
+            secret,
         )
     }),
     // Connection strings and URLs with passwords.

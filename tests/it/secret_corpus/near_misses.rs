@@ -597,6 +597,127 @@ pub(crate) const NEAR_MISSES: &[(&str, MakeNearMiss)] = &[
             r.digits(12)
         )
     }),
+    // URL-shaped text whose `user:…@` part is no credential.
+    ("url_host_and_port_before_at", |r| {
+        format!(
+            "{}://{}:{}@{}/login",
+            r.pick(&["http", "https"]),
+            r.pick(&["localhost", "127.0.0.1", "10.0.0.5", "shop.example.com"]),
+            r.pick(&["8080", "3000", "8443", "80"]),
+            r.pick(&["evil.example", "phish.example.net", "internal.example"])
+        )
+    }),
+    ("url_port_then_path_with_at", |r| match r.below(3) {
+        0 => format!(
+            "https://social.example.com:8443/@{}/posts",
+            r.lower_alnum(6)
+        ),
+        1 => format!("docker://registry.local:5000/team/app@sha256:{}", r.hex(64)),
+        _ => format!("http://10.1.2.3:9000/files/@{}?v=2", r.lower_alnum(5)),
+    }),
+    ("url_placeholder_passwords", |r| {
+        format!(
+            "{}://{}:{}@{}",
+            r.pick(&["https", "ftp", "postgres", "mysql", "amqp", "smtp", "redis"]),
+            r.pick(&["user", "admin", "deploy", "username", "app"]),
+            r.pick(&[
+                "password",
+                "<password>",
+                "{password}",
+                "[PASSWORD]",
+                "$PASSWORD",
+                "%(password)s",
+                "********",
+                "xxxxxx",
+                "p@ssw0rd",
+                "YOUR_PASSWORD",
+                "your-password",
+                "changeme",
+                "secret",
+                "pass",
+                "PASSWORD123",
+                "mypassword"
+            ]),
+            r.pick(&[
+                "db.example.com:5432/app",
+                "ftp.example.org/",
+                "localhost",
+                "host:25"
+            ])
+        )
+    }),
+    ("url_same_user_and_password", |r| {
+        r.pick(&[
+            "amqp://guest:guest@localhost:5672/",
+            "postgres://postgres:postgres@localhost:5432/test",
+            "http://admin:admin@127.0.0.1:8080/",
+            "ftp://anonymous:anonymous@ftp.example.org/pub",
+        ])
+        .to_string()
+    }),
+    ("url_user_without_password", |r| {
+        r.pick(&[
+            "ssh://git@github.com:22/acme/app.git",
+            "https://deploy@git.example.com:8443/acme/app.git",
+            "git+ssh://git@gitlab.com/acme/app.git",
+            "sftp://backup@10.0.0.7:2222/srv/backups",
+        ])
+        .to_string()
+    }),
+    ("url_at_in_path_or_query", |r| match r.below(3) {
+        0 => format!(
+            "https://maps.example.com/@51.{},-0.{},12z",
+            r.digits(4),
+            r.digits(4)
+        ),
+        1 => format!("https://medium.com/@alice/hello-{}", r.lower_alnum(10)),
+        _ => "https://example.com/login?next=https://app.example.com/@me".to_owned(),
+    }),
+    // Context words without a secret after them.
+    ("aws_secret_words_without_a_key", |r| match r.below(3) {
+        0 => "The AWS secret access key is shown only once; rotate it from the IAM console."
+            .to_owned(),
+        1 => format!("aws: rotated the secret, see commit {}", r.hex(40)),
+        _ => format!(
+            "aws secretsmanager get-secret-value --secret-id arn:aws:secretsmanager:eu-west-1:{}:secret:prod/db-{}",
+            r.digits(12),
+            r.alnum(6)
+        ),
+    }),
+    ("storage_word_near_an_integrity_hash", |r| {
+        format!(
+            "\"storage-engine\": {{\"version\": \"2.1.0\", \"integrity\": \"sha512-{}==\"}}",
+            r.b64(86)
+        )
+    }),
+    ("cloudflare_identifiers", |r| match r.below(3) {
+        0 => format!("cloudflare zone_id: {}", r.hex(32)),
+        1 => format!("CLOUDFLARE_ACCOUNT_ID={}", r.hex(32)),
+        _ => format!("cf-ray: {}-AMS (served by cloudflare)", r.hex(16)),
+    }),
+    ("telegram_like_identifiers", |r| match r.below(3) {
+        0 => format!("chat_id: -100{}", r.digits(10)),
+        1 => format!("https://t.me/{}_bot", r.lower_alnum(8)),
+        _ => format!("job {}:ArchiveNightlyBackupsForTenantEurop", r.digits(6)),
+    }),
+    ("env_list_name_value_without_secrets", |r| {
+        match r.below(3) {
+            0 => "env:\n  - name: LOG_LEVEL\n    value: debug\n  - name: API_TOKEN_TTL\n    value: \"3600\"".to_owned(),
+            1 => format!(
+                "[{{\"name\": \"password_policy\", \"value\": \"min-length-12\"}}, {{\"name\": \"token_issuer\", \"value\": \"https://auth.example.com/{}\"}}]",
+                r.lower_alnum(6)
+            ),
+            _ => "- name: API_TOKEN\n  valueFrom:\n    secretKeyRef:\n      name: api-token\n      key: token".to_owned(),
+        }
+    }),
+    ("url_long_user_without_password", |r| {
+        r.pick(&[
+            "https://deployment-automation-bot@git.example.com/acme/app.git",
+            "https://firstname.lastname.example@dev.example.com/repo",
+            "ssh://release-manager-account@build.example.net:2222/srv",
+        ])
+        .to_string()
+    }),
     ("base32_otp_prose", |_| {
         "Scan the QR code with your authenticator app to enable two-factor login.".to_owned()
     }),

@@ -58,6 +58,26 @@ impl Rng {
         self.chars(HEX, n)
     }
 
+    /// `[A-Za-z]`.
+    pub(crate) fn letters(&mut self, n: usize) -> String {
+        self.chars(&format!("{UPPER}{LOWER}"), n)
+    }
+
+    /// `[a-z0-9_-]`.
+    pub(crate) fn lower_ext_short(&mut self, n: usize) -> String {
+        self.chars(&format!("{LOWER}{DIGITS}_-"), n)
+    }
+
+    /// `[a-z0-9=_-]`.
+    pub(crate) fn lower_ext(&mut self, n: usize) -> String {
+        self.chars(&format!("{LOWER}{DIGITS}=_-"), n)
+    }
+
+    /// A number of characters between `low` and `high`, inclusive.
+    pub(crate) fn between(&mut self, low: usize, high: usize) -> usize {
+        low + self.below(high - low + 1)
+    }
+
     pub(crate) fn digits(&mut self, n: usize) -> String {
         let first = self.chars("123456789", 1);
         first + &self.chars(DIGITS, n - 1)
