@@ -3,9 +3,8 @@
 //! transport is closed or dropped.
 //!
 //! rmcp's own child-process transport reads lines of up to 16 MiB; here a line is one
-//! JSON-RPC message of at most [`MAX_MESSAGE_BYTES`], as over HTTP: a longer line is
-//! dropped by rmcp's reader (never buffered whole) and the call it answered ends at its
-//! deadline. rmcp parses every message into JSON values, each costing tens of bytes
+//! JSON-RPC message of at most [`MAX_MESSAGE_BYTES`]: a longer line is dropped by rmcp's
+//! reader (never buffered whole) and the call it answered ends at its deadline. rmcp parses every message into JSON values, each costing tens of bytes
 //! however few it takes on the wire, so the output is also read through
 //! [`ValueCount`]: a message that would parse into more than [`items::MAX_VALUES`]
 //! values ends the session before rmcp buffers its end (the call fails, the supervisor
@@ -24,10 +23,12 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
-/// Largest JSON-RPC message a server may send, over stdio and over HTTP, before the
-/// provider's own 1 MiB bound on a result applies (that one gives `LIMIT_EXCEEDED`): it
-/// only caps what rmcp reads and parses.
-pub(crate) const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+/// Largest JSON-RPC line a stdio server may send, before the provider's own 1 MiB bound
+/// on a result applies (that one gives `LIMIT_EXCEEDED`): it only caps what rmcp reads
+/// and parses. Room for a result past the bound with its text twice (as text and as
+/// structured content, as SDKs send it), so such a result is still told
+/// `RESPONSE_TOO_LARGE`; its values are counted besides ([`ValueCount`]).
+pub(crate) const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 
 /// How long a closed child has to exit after it is killed.
 const EXIT_WAIT: Duration = Duration::from_secs(3);

@@ -41,8 +41,9 @@ use tokio::time::{Instant, timeout};
 /// `initialize` (rmcp's `ProtocolVersion::LATEST` is a draft that has none).
 pub(crate) const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion::LATEST_WITH_INITIALIZE;
 
-/// Largest JSON message accepted over HTTP, as over stdio.
-const MAX_HTTP_MESSAGE_BYTES: usize = super::child::MAX_MESSAGE_BYTES;
+/// Largest JSON message accepted over HTTP before the provider's own 1 MiB bound is
+/// applied (that one gives `LIMIT_EXCEEDED`); it only caps memory.
+const MAX_HTTP_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 /// How long an HTTP server has to answer `initialize` (and a new session's `initialize`
 /// when the transport renews one).
 pub(crate) const HTTP_INITIALIZE_DEADLINE: Duration = Duration::from_secs(10);
