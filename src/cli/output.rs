@@ -10,7 +10,6 @@
 use crate::config::EnvVars;
 use serde::Serialize;
 use std::borrow::Cow;
-use std::fmt::Write;
 
 /// The width tables fit in when `$COLUMNS` does not say (shells set `COLUMNS` but do not
 /// export it unless told to).
@@ -39,41 +38,11 @@ pub(crate) fn printable_lines(text: &str) -> Cow<'_, str> {
 
 /// `text` with every control character (C0 — newline, CR, tab, ESC, … — DEL and C1,
 /// NEL U+0085 among them), the line and paragraph separators U+2028/U+2029 and the
-/// bidirectional formatting characters written as escapes: `\n`, `\r`, `\t`, else
-/// `\u{1b}`. Such text can neither start a line, nor move the cursor or clear the
-/// screen, nor reorder what is shown. `keep_lines` keeps newlines and tabs.
+/// bidirectional formatting characters written as escapes: the one escaping of text ctxd
+/// did not write ([`crate::providers::untrusted::escaped`]). `keep_lines` keeps newlines
+/// and tabs.
 fn escaped(text: &str, keep_lines: bool) -> Cow<'_, str> {
-    let escape = |c: char| !(keep_lines && matches!(c, '\n' | '\t')) && needs_escape(c);
-    if !text.chars().any(escape) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        match c {
-            c if !escape(c) => out.push(c),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-        }
-    }
-    Cow::Owned(out)
-}
-
-fn needs_escape(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{2028}'
-                | '\u{2029}'
-                | '\u{061c}'
-                | '\u{200e}'
-                | '\u{200f}'
-                | '\u{202a}'..='\u{202e}'
-                | '\u{2066}'..='\u{2069}'
-        )
+    crate::providers::untrusted::escaped(text, keep_lines)
 }
 
 pub(crate) fn yes_no(value: bool) -> &'static str {
@@ -172,6 +141,7 @@ pub(crate) fn wrap(value: &str, width: usize) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::contract::LayerReason;
+    use crate::providers::untrusted::needs_escape;
 
     #[test]
     fn columns_line_up_and_lines_are_trimmed() {

@@ -1,6 +1,8 @@
 //! The contract's hard limits on provider answers, shared by every provider type and by
 //! fixtures, with the binding's rule for secrets: every provider answer passes
-//! [`check_items`], the one place where a secret is refused or redacted.
+//! [`check_secrets`] once its items were built within the limits
+//! ([`super::items::ItemsBuilder`]), the one place where a secret is refused or
+//! redacted; fixtures, which ctxd reads whole, pass [`check_items_refusing`].
 
 use super::redact::{self, SecretHandling};
 use super::secrets;
@@ -75,49 +77,14 @@ impl BoundsViolation {
     }
 }
 
-/// The step every provider answer passes, whatever the provider type: items checked
-/// against the requested limit (and [`MAX_ITEMS`]), item validity (non-empty `id` of at
-/// most 256 bytes), the per-item size, and secret patterns in id, title, content,
-/// metadata (keys and values) and `updatedAt` — refused or redacted as `secrets` says.
-///
-/// The count is checked first; then each item in order: validity, size, secrets. The
-/// first violation is returned; a secret is reported by field and detector name only.
+/// The secret step every provider answer passes, whatever the provider type, once its
+/// items were built within the bounds ([`super::items::ItemsBuilder`]): secret patterns
+/// in id, title, content, metadata (keys and values) and `updatedAt`, refused or
+/// redacted as `secrets` says. A secret is reported by field and detector name only.
 /// Under [`SecretHandling::Redact`] every secret is replaced by `[REDACTED:<kind>]` and
 /// counted, and a redacted item is checked for validity and size again (a marker can be
-/// longer than what it replaced). Returns the counts (empty under `Refuse`).
-pub fn check_items(
-    items: &mut [Item],
-    requested_limit: u32,
-    secrets: SecretHandling,
-) -> Result<RedactionCounts, BoundsViolation> {
-    if secrets == SecretHandling::Refuse {
-        return check_items_refusing(items, requested_limit).map(|()| RedactionCounts::new());
-    }
-    check_count(items.len(), requested_limit)?;
-    let mut counts = RedactionCounts::new();
-    for (index, item) in items.iter_mut().enumerate() {
-        check_validity(index, item)?;
-        check_size(index, item)?;
-        let before = counts.values().sum::<u32>();
-        redact::redact_item(item, &mut counts).map_err(|(field, detector)| {
-            BoundsViolation::SecretDetected {
-                index,
-                field,
-                detector,
-            }
-        })?;
-        if counts.values().sum::<u32>() != before {
-            check_validity(index, item)?;
-            check_size(index, item)?;
-        }
-    }
-    Ok(counts)
-}
-
-/// The secret step alone, for items whose bounds were kept while they were mapped
-/// ([`super::items::ItemsBuilder`]): refused, or redacted — and a redacted item is
-/// checked for validity and size again (a marker can be longer than what it replaced),
-/// as is the answer's total.
+/// longer than what it replaced), as is the answer's total. Returns the counts (empty
+/// under `Refuse`).
 pub(crate) fn check_secrets(
     items: &mut [Item],
     secrets: SecretHandling,
@@ -156,8 +123,10 @@ pub(crate) fn check_secrets(
     Ok(counts)
 }
 
-/// [`check_items`] with every secret refused, for content that is never redacted:
-/// Context Test fixtures, Project validation, `provider-check`'s conformance verdict.
+/// Items read whole checked against the limits, in order — the count first, then each
+/// item's validity (a non-empty `id` of at most 256 bytes), size and secrets, refused:
+/// for content that is never redacted and that ctxd reads whole, Context Test fixtures,
+/// Project validation, `provider-check`'s conformance verdict.
 pub fn check_items_refusing(items: &[Item], requested_limit: u32) -> Result<(), BoundsViolation> {
     check_count(items.len(), requested_limit)?;
     for (index, item) in items.iter().enumerate() {
@@ -207,8 +176,8 @@ pub(crate) fn serialized_len(item: &Item) -> usize {
     counted.0
 }
 
-/// Counts what is written to it: an item's serialized size without building its text.
-struct ByteCount(usize);
+/// Counts what is written to it: a serialized size without building its text.
+pub(crate) struct ByteCount(pub(crate) usize);
 
 impl std::io::Write for ByteCount {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -465,7 +434,7 @@ mod tests {
         let mut pair = items(2);
         pair[1].content = github_token();
         assert_eq!(
-            check_items(&mut pair, 2, SecretHandling::Refuse),
+            check_secrets(&mut pair, SecretHandling::Refuse),
             Err(BoundsViolation::SecretDetected {
                 index: 1,
                 field: "content",
@@ -474,7 +443,7 @@ mod tests {
         );
         assert_eq!(pair[1].content, github_token(), "refusing changes nothing");
         assert_eq!(
-            check_items(&mut items(2), 2, SecretHandling::Refuse),
+            check_secrets(&mut items(2), SecretHandling::Refuse),
             Ok(RedactionCounts::new())
         );
     }
@@ -487,7 +456,7 @@ mod tests {
         answer[1]
             .metadata
             .insert("note".to_owned(), json!(format!("old {token}")));
-        let counts = check_items(&mut answer, 2, SecretHandling::Redact).unwrap();
+        let counts = check_secrets(&mut answer, SecretHandling::Redact).unwrap();
         assert_eq!(
             counts,
             RedactionCounts::from([("github_token".to_owned(), 3)])
@@ -501,24 +470,14 @@ mod tests {
         // Clean items come back untouched, with no counts.
         let mut clean = items(3);
         assert_eq!(
-            check_items(&mut clean, 3, SecretHandling::Redact),
+            check_secrets(&mut clean, SecretHandling::Redact),
             Ok(RedactionCounts::new())
         );
         assert_eq!(clean, items(3));
     }
 
     #[test]
-    fn redact_still_enforces_every_bound() {
-        let mut many = items(3);
-        assert!(matches!(
-            check_items(&mut many, 2, SecretHandling::Redact),
-            Err(BoundsViolation::TooManyItems { .. })
-        ));
-        let mut big = vec![item_of_size(MAX_ITEM_BYTES + 1)];
-        assert!(matches!(
-            check_items(&mut big, 1, SecretHandling::Redact),
-            Err(BoundsViolation::ItemTooLarge { .. })
-        ));
+    fn redact_still_enforces_the_item_bound() {
         // Markers longer than the secrets they replace can push an item over the limit.
         let secret = format!("{}://a:{}@h", "postgres", "b");
         let mut grown = item_of_size(MAX_ITEM_BYTES - 5);
@@ -529,7 +488,7 @@ mod tests {
         grown.content.push_str(&secret);
         let mut grown = vec![grown];
         assert!(matches!(
-            check_items(&mut grown, 1, SecretHandling::Redact),
+            check_secrets(&mut grown, SecretHandling::Redact),
             Err(BoundsViolation::ItemTooLarge { .. })
         ));
     }

@@ -16,9 +16,11 @@
 //! 4. a `Content-Length` over [`MAX_RESPONSE_BYTES`], refused before reading;
 //! 5. the body, streamed and cut off as soon as it exceeds the limit;
 //! 6. the secret anywhere in the body bytes, before parsing;
-//! 7. parsing: JSON shape, contract, then [`bounds::check_items`] (which refuses or
-//!    redacts secrets in the items as the binding says); an answer with no items is
-//!    `NOT_FOUND`, as a 404 is (one meaning of "no record" for every provider).
+//! 7. parsing straight into the budgeted item builder ([`super::wire_answer`]: the item
+//!    count, each item's size and the answer's values bounded as it parses), the
+//!    contract, then [`bounds::check_secrets`] (which refuses or redacts secrets in the
+//!    items as the binding says); an answer with no items is `NOT_FOUND`, as a 404 is
+//!    (one meaning of "no record" for every provider).
 //!
 //! Neither the lookup value nor the secret ever appears in an outcome, an error or a
 //! log line: failures carry only a status and a fixed detail.

@@ -142,23 +142,9 @@ fn number_len(number: &serde_json::Number) -> usize {
         itoa::Buffer::new().format(n).len()
     } else {
         // Floats: serde_json writes them with ryu; counting what it writes is exact.
-        let mut counted = ByteCount(0);
+        let mut counted = bounds::ByteCount(0);
         let _ = serde_json::to_writer(&mut counted, number);
         counted.0
-    }
-}
-
-/// Counts what is written to it.
-struct ByteCount(usize);
-
-impl std::io::Write for ByteCount {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0 += bytes.len();
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 

@@ -89,7 +89,7 @@ pub struct LookupCall<'a> {
     /// turn's deadline. Past it the outcome is `TIMEOUT`.
     pub deadline: Instant,
     /// What a secret in the answer's items gives (the binding's `secrets`): every
-    /// implementation passes it to [`bounds::check_items`].
+    /// implementation passes it to [`bounds::check_secrets`].
     pub secrets: redact::SecretHandling,
 }
 

@@ -3,7 +3,7 @@
 //! the call's deadline, no redirects, no proxy, the 1 MiB streamed cap, the bound
 //! secret looked for in every answer header and body (`CREDENTIAL_REFLECTED`) — and the
 //! answer's JSON mapped to items ([`mapping`]), each then bounded (64 KiB) and scanned
-//! for secrets by [`bounds::check_items`].
+//! for secrets by [`bounds::check_secrets`].
 //!
 //! Status mapping: 2xx → map the body; 404 → `NOT_FOUND`; 401/403 →
 //! `UNAVAILABLE`/`UNAUTHORIZED`; 429 → `UNAVAILABLE`/`RATE_LIMITED`, and no call to the

@@ -27,6 +27,7 @@ use super::redact;
 use super::secrets;
 use crate::outcome::Failure;
 use aho_corasick::{AhoCorasick, MatchKind};
+use std::borrow::Cow;
 use std::fmt;
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -167,14 +168,14 @@ impl UntrustedText {
         let masked = masks.apply(window);
         let decoded = decode(&masked);
         let redacted = redact::redacted(&decoded);
-        let mut shown = escape(&redacted);
+        let mut shown = escaped(&redacted, false).into_owned();
         let mut truncated = cut;
         if cut {
-            let keep = floor_char_boundary(&shown, shown.len().saturating_sub(WINDOW_TAIL_BYTES));
+            let keep = shown.floor_char_boundary(shown.len().saturating_sub(WINDOW_TAIL_BYTES));
             shown.truncate(keep);
         }
         if shown.len() > limit {
-            let keep = floor_char_boundary(&shown, limit.saturating_sub(CUT_MARK.len()));
+            let keep = shown.floor_char_boundary(limit.saturating_sub(CUT_MARK.len()));
             shown.truncate(keep);
             truncated = true;
         }
@@ -234,12 +235,19 @@ pub(crate) fn needs_escape(c: char) -> bool {
         )
 }
 
-/// `text` on one line: see [`needs_escape`].
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 8);
+/// `text` with every character of [`needs_escape`] written as an escape: `\n`, `\r`,
+/// `\t`, else `\u{1b}`. Such text can neither start a line, nor move a terminal's
+/// cursor or clear its screen, nor reorder what is shown. `keep_lines` keeps newlines and
+/// tabs (multi-line text printed for people). Borrowed when nothing needs escaping.
+pub(crate) fn escaped(text: &str, keep_lines: bool) -> Cow<'_, str> {
+    let escape = |c: char| !(keep_lines && matches!(c, '\n' | '\t')) && needs_escape(c);
+    if !text.chars().any(escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
         match c {
-            c if !needs_escape(c) => out.push(c),
+            c if !escape(c) => out.push(c),
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
@@ -248,17 +256,7 @@ fn escape(text: &str) -> String {
             }
         }
     }
-    out
-}
-
-fn floor_char_boundary(text: &str, mut index: usize) -> usize {
-    if index >= text.len() {
-        return text.len();
-    }
-    while !text.is_char_boundary(index) {
-        index -= 1;
-    }
-    index
+    Cow::Owned(out)
 }
 
 /// Why a label (a version, a revision) an upstream reported is refused.

@@ -128,7 +128,7 @@ pub(crate) fn map_tool_result(
                 shown.push('\n');
             }
             let room = MAX_TOOL_ERROR_BYTES - shown.len();
-            shown.push_str(&text[..floor_char_boundary(text, room)]);
+            shown.push_str(&text[..text.floor_char_boundary(room)]);
         }
         return Mapped::ToolError(shown);
     }
@@ -178,16 +178,6 @@ pub(crate) fn map_tool_result(
 
 /// The most bytes of a tool error's text kept for the log.
 const MAX_TOOL_ERROR_BYTES: usize = 4096;
-
-fn floor_char_boundary(text: &str, mut index: usize) -> usize {
-    if index >= text.len() {
-        return text.len();
-    }
-    while !text.is_char_boundary(index) {
-        index -= 1;
-    }
-    index
-}
 
 /// A `resources/read` result as items, at most `limit` of them.
 pub(crate) fn map_resource_result(result: &Json, limit: u32, credential: Option<&str>) -> Mapped {
