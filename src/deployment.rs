@@ -18,6 +18,7 @@ use crate::config::{
 };
 use crate::project::{LoadError, Project};
 use crate::providers::http::{HttpProvider, HttpSetupError};
+use crate::providers::http1::Http1SetupError;
 use crate::providers::postgres::{PostgresProvider, PostgresSetupError};
 use crate::providers::rest::RestProvider;
 use crate::providers::sqlite::{SqliteProvider, SqliteSetupError};
@@ -596,7 +597,7 @@ impl SetupError {
                     HttpSetupError::EmptySecret | HttpSetupError::SecretNotAHeaderValue => {
                         "secret_env"
                     }
-                    HttpSetupError::Client(_) => {
+                    HttpSetupError::Connections(Http1SetupError::Tls(_)) => {
                         return Problem::new(key_path("providers", provider), error.to_string());
                     }
                     _ => "endpoint",

@@ -209,7 +209,7 @@ async fn turn(request: HttpRequest, body: web::Bytes, state: web::Data<Upstreams
                     let request = LookupRequest::new(&provider, "customerId", value, LIMIT);
                     let body = serde_json::to_vec(&request).expect("a lookup request serializes");
                     let exchange = async {
-                        let answer = clients[k].post(&body).await.ok()?;
+                        let answer = clients[k].post(body).await.ok()?;
                         if answer.code() != 200 {
                             return None;
                         }

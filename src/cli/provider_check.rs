@@ -3,10 +3,10 @@
 //! `PASS`, `WARN` (met, but read by ctxd in a way that bites: a lookup answer without
 //! `currentness`), `FAIL` or `SKIP` with a detail; exit 1 if any rule failed.
 //!
-//! It uses its own small client rather than `HttpProvider`, because it must see what
-//! ctxd only classifies: raw statuses, header names, bodies. The client has the same
-//! stance as ctxd's: redirects never followed, no proxy from the environment, no
-//! retries, every exchange bounded by `--timeout-ms`, bodies read up to 1 MiB. Nothing is
+//! It uses the providers' HTTP client ([`Http1Client`]) rather than `HttpProvider`,
+//! because it must see what ctxd only classifies: raw statuses, header names, bodies.
+//! So it has ctxd's stance: redirects never followed, no proxy, no retries, every
+//! exchange bounded by `--timeout-ms`, bodies read up to 1 MiB. Nothing is
 //! sent before the `https` rule passes, so a plain-http URL to a non-loopback host is
 //! never contacted.
 //!
@@ -18,14 +18,15 @@
 
 use crate::config::EnvVars;
 use crate::contract::{CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse};
+use crate::outcome::Failure;
 use crate::providers::bounds::{self, MAX_ITEMS, MAX_RESPONSE_BYTES};
 use crate::providers::endpoint::{self, Violation};
+use crate::providers::http1::{BodyError, ConnectionLimits, Http1Client};
 use crate::providers::secrets;
 use crate::validation::{ID_RULE, is_valid_id};
 use anyhow::{Context as _, bail};
 use clap::Args;
-use futures_util::StreamExt;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::header::{HeaderMap, HeaderValue};
 use serde::Serialize;
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -463,9 +464,7 @@ fn https_rule(url: &Url) -> Result<String, String> {
 
 /// The raw client: ctxd's stance, but every answer is kept whole for the rules.
 struct Client {
-    http: reqwest::Client,
-    url: Url,
-    authorization: Option<HeaderValue>,
+    http: Http1Client,
     timeout: Duration,
 }
 
@@ -486,30 +485,40 @@ struct Answer {
     too_large: bool,
 }
 
+/// What ctxd-provider-check calls itself in the `User-Agent` of its requests.
+const USER_AGENT: &str = concat!("ctxd-provider-check/", env!("CARGO_PKG_VERSION"));
+
 impl Client {
     fn new(target: &Target) -> anyhow::Result<Client> {
-        let http = crate::providers::client::hardened_builder()
-            .connect_timeout(target.timeout)
-            .timeout(target.timeout)
-            .user_agent(concat!("ctxd-provider-check/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .context("cannot build the HTTP client")?;
         let authorization = match &target.secret {
             None => None,
             Some(secret) => {
-                let mut value = HeaderValue::from_str(&format!("Bearer {secret}")).map_err(|_| {
+                let value = format!("Bearer {secret}");
+                HeaderValue::from_str(&value).map_err(|_| {
                     anyhow::anyhow!(
                         "--secret-env: the secret cannot be sent in an HTTP header (control characters or non-ASCII)"
                     )
                 })?;
-                value.set_sensitive(true);
                 Some(value)
             }
         };
+        let mut headers = vec![
+            ("user-agent", USER_AGENT),
+            ("content-type", "application/json"),
+            ("accept", "application/json"),
+        ];
+        if let Some(authorization) = &authorization {
+            headers.push(("authorization", authorization));
+        }
+        let limits = ConnectionLimits {
+            max_idle: 1,
+            idle_timeout: Duration::from_secs(90),
+            connect_timeout: target.timeout,
+        };
+        let http = Http1Client::new(&target.url, &headers, limits, Vec::new())
+            .context("cannot set up the HTTP client")?;
         Ok(Client {
             http,
-            url: target.url.clone(),
-            authorization,
             timeout: target.timeout,
         })
     }
@@ -519,44 +528,27 @@ impl Client {
     async fn exchange(&self, label: &'static str, body: Vec<u8>) -> Exchange {
         let answer = match tokio::time::timeout(self.timeout, self.send(body)).await {
             Ok(answer) => answer,
-            Err(_) => Err(format!(
-                "no complete answer within {} ms",
-                self.timeout.as_millis()
-            )),
+            Err(_) => Err(self.no_answer_in_time()),
         };
         Exchange { label, answer }
     }
 
     async fn send(&self, body: Vec<u8>) -> Result<Answer, String> {
-        let mut request = self
-            .http
-            .post(self.url.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "application/json")
-            .body(body);
-        if let Some(authorization) = &self.authorization {
-            request = request.header(AUTHORIZATION, authorization.clone());
-        }
-        let response = request.send().await.map_err(|e| self.transport(&e))?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let mut too_large = response
+        let answer = self.http.post(body).await.map_err(|f| self.transport(f))?;
+        let status = answer.code();
+        let headers = answer.headers().clone();
+        let declared_too_large = answer
             .content_length()
             .is_some_and(|length| length > MAX_RESPONSE_BYTES as u64);
-        let mut body = Vec::new();
-        if !too_large {
-            let mut stream = response.bytes_stream();
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| self.transport(&e))?;
-                if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
-                    let room = MAX_RESPONSE_BYTES - body.len();
-                    body.extend_from_slice(&chunk[..room]);
-                    too_large = true;
-                    break;
-                }
-                body.extend_from_slice(&chunk);
+        let (body, too_large) = if declared_too_large {
+            (Vec::new(), true)
+        } else {
+            match answer.body(MAX_RESPONSE_BYTES).await {
+                Ok(body) => (body, false),
+                Err(BodyError::TooLarge(part)) => (part, true),
+                Err(BodyError::Failed(failure)) => return Err(self.transport(failure)),
             }
-        }
+        };
         Ok(Answer {
             status,
             headers,
@@ -565,14 +557,25 @@ impl Client {
         })
     }
 
-    /// A transport error by kind: reqwest's own text is not used (it repeats the URL).
-    fn transport(&self, error: &reqwest::Error) -> String {
-        if error.is_connect() {
-            "connect failed (refused, unreachable, DNS or TLS)".to_owned()
-        } else if error.is_timeout() {
-            format!("no complete answer within {} ms", self.timeout.as_millis())
-        } else {
-            "the connection closed or was reset before a complete answer".to_owned()
+    fn no_answer_in_time(&self) -> String {
+        format!("no complete answer within {} ms", self.timeout.as_millis())
+    }
+
+    /// A transport failure in words (never the URL).
+    fn transport(&self, failure: Failure) -> String {
+        match failure {
+            Failure::ConnectFailed => {
+                "connect failed (refused, unreachable, DNS or TLS)".to_owned()
+            }
+            Failure::Deadline => self.no_answer_in_time(),
+            Failure::Malformed => {
+                "the answer is not HTTP/1.1 (or its framing is broken)".to_owned()
+            }
+            Failure::ResponseTooLarge => format!(
+                "the answer's head is over {} KiB",
+                crate::providers::http1::MAX_HEAD_BYTES / 1024
+            ),
+            _ => "the connection closed or was reset before a complete answer".to_owned(),
         }
     }
 }

@@ -1,16 +1,16 @@
 //! The `context-provider.v1` HTTP provider: one `POST` per lookup or readiness probe to
 //! the endpoint exactly as bound, with every answer bounded, scanned and mapped to an
 //! explicit provider status. Plain async code: the provider actor owns the connections
-//! (ctxd's own HTTP/1.1 client, [`Http1Client`], which keeps each calling thread's
-//! connections apart); lookups run on the calling coordinator's thread, over
-//! connections that thread opened.
+//! (the hyper-based [`Http1Client`], which keeps each calling thread's connections
+//! apart); lookups run on the calling coordinator's thread, over connections that
+//! thread opened.
 //!
 //! Order of checks on an answer, so that the strongest signal wins and nothing is read
 //! or parsed that need not be:
 //!
 //! 1. the whole exchange runs under the call's deadline (`TIMEOUT` / `DEADLINE`);
-//! 2. the bound secret in any response header value, whatever the status
-//!    (`SECRET_DETECTED` / `CREDENTIAL_REFLECTED`);
+//! 2. the bound secret in any response header value or the reason phrase, whatever the
+//!    status (`SECRET_DETECTED` / `CREDENTIAL_REFLECTED`);
 //! 3. the status code ([`classify_status`]); a non-2xx body is drained (bounded) only to
 //!    look for the secret and to let the connection be reused;
 //! 4. a `Content-Length` over [`MAX_RESPONSE_BYTES`], refused before reading;
@@ -28,15 +28,14 @@
 use super::PoolSettings;
 use super::bounds::MAX_RESPONSE_BYTES;
 use super::endpoint::{self, Violation};
-use super::http1::{BodyError, ConnectionLimits, Http1Client, Http1SetupError};
+use super::http1::{Answer as Received, BodyError, ConnectionLimits, Http1Client, Http1SetupError};
 use super::redact::SecretHandling;
 use super::untrusted::{self, Masks};
 use super::wire_answer::{self, WireProblem};
 use super::{LookupCall, Secret};
 use crate::contract::{CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, Source};
 use crate::outcome::{Failure, Outcome};
-use futures_util::StreamExt;
-use reqwest::header::{HeaderMap, HeaderValue};
+use http::header::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 use std::fmt;
 use std::time::Duration;
@@ -62,8 +61,6 @@ pub enum HttpSetupError {
     EmptySecret,
     #[error("the bound secret cannot be sent in an HTTP header (control characters or non-ASCII)")]
     SecretNotAHeaderValue,
-    #[error("cannot build the HTTP client")]
-    Client(#[source] reqwest::Error),
     #[error("cannot set up the provider's connections")]
     Connections(#[source] Http1SetupError),
 }
@@ -237,60 +234,85 @@ impl HttpProvider {
     /// `POST`s `body` and reads a 2xx answer's body within the limits. Everything up to
     /// parsing: transport, reflection, status and size.
     async fn exchange(&self, body: Vec<u8>) -> Result<Answer, Failure> {
-        let answer = self.client.post(&body).await?;
-        let secret = self.secret.as_ref();
-        if secret.is_some_and(|s| s.is_in(answer.head_bytes())) {
-            return Err(Failure::CredentialReflected);
+        let answer = self.client.post(body).await?;
+        match read_answer(answer, self.secret.as_ref(), |_, _| {}).await? {
+            Read::Body(bytes) => Ok(Answer::Body(bytes)),
+            Read::Refused(code) => match classify_status(code) {
+                Some(StatusRefusal::NotFound) => Ok(Answer::NotFound),
+                Some(StatusRefusal::Failed(failure)) => Err(failure),
+                None => Err(Failure::Malformed),
+            },
         }
+    }
+}
 
-        if let Some(refusal) = classify_status(answer.code()) {
-            // Drain a bounded error body: the secret may be echoed there (a 401 saying
-            // which token it refused), and a fully read body lets the connection be
-            // reused. Reading problems change nothing: the status already decided.
-            if answer
-                .content_length()
-                .is_none_or(|length| length <= MAX_RESPONSE_BYTES as u64)
-            {
-                let echoed = match answer.body(MAX_RESPONSE_BYTES).await {
-                    Ok(bytes) | Err(BodyError::TooLarge(bytes)) => {
-                        secret.is_some_and(|s| s.is_in(&bytes))
-                    }
-                    Err(BodyError::Failed(_)) => false,
-                };
-                if echoed {
-                    return Err(Failure::CredentialReflected);
-                }
-            }
-            return match refusal {
-                StatusRefusal::NotFound => Ok(Answer::NotFound),
-                StatusRefusal::Failed(failure) => Err(failure),
-            };
-        }
+/// What an answer gave under the rules every provider that speaks HTTP keeps.
+pub(crate) enum Read {
+    /// A 2xx body, within the size limit and free of the secret.
+    Body(Vec<u8>),
+    /// A status that is not 2xx (its bounded body drained and found free of the secret).
+    Refused(u16),
+}
 
+/// Reads an answer in the order the module describes: the secret in any header or the
+/// reason phrase, the status (`on_refusal` sees a non-2xx code and its headers before
+/// the body is drained), a declared length over [`MAX_RESPONSE_BYTES`], the body
+/// streamed and cut at the limit, the secret in the body.
+pub(crate) async fn read_answer(
+    answer: Received<'_>,
+    secret: Option<&BoundSecret>,
+    on_refusal: impl FnOnce(u16, &HeaderMap),
+) -> Result<Read, Failure> {
+    if secret.is_some_and(|s| {
+        s.is_in_headers(answer.headers()) || answer.reason().is_some_and(|r| s.is_in(r))
+    }) {
+        return Err(Failure::CredentialReflected);
+    }
+    let code = answer.code();
+    if !(200..=299).contains(&code) {
+        on_refusal(code, answer.headers());
+        // Drain a bounded error body: the secret may be echoed there (a 401 saying
+        // which token it refused), and a fully read body lets the connection be
+        // reused. Reading problems change nothing: the status already decided.
         if answer
             .content_length()
-            .is_some_and(|length| length > MAX_RESPONSE_BYTES as u64)
+            .is_none_or(|length| length <= MAX_RESPONSE_BYTES as u64)
         {
-            return Err(Failure::ResponseTooLarge);
-        }
-        let bytes = match answer.body(MAX_RESPONSE_BYTES).await {
-            Ok(bytes) => bytes,
-            // The part read is still checked: a reflected credential is the stronger
-            // finding.
-            Err(BodyError::TooLarge(part)) => {
-                return Err(if secret.is_some_and(|s| s.is_in(&part)) {
-                    Failure::CredentialReflected
-                } else {
-                    Failure::ResponseTooLarge
-                });
+            let echoed = match answer.body(MAX_RESPONSE_BYTES).await {
+                Ok(bytes) | Err(BodyError::TooLarge(bytes)) => {
+                    secret.is_some_and(|s| s.is_in(&bytes))
+                }
+                Err(BodyError::Failed(_)) => false,
+            };
+            if echoed {
+                return Err(Failure::CredentialReflected);
             }
-            Err(BodyError::Failed(failure)) => return Err(failure),
-        };
-        if secret.is_some_and(|s| s.is_in(&bytes)) {
-            return Err(Failure::CredentialReflected);
         }
-        Ok(Answer::Body(bytes))
+        return Ok(Read::Refused(code));
     }
+    if answer
+        .content_length()
+        .is_some_and(|length| length > MAX_RESPONSE_BYTES as u64)
+    {
+        return Err(Failure::ResponseTooLarge);
+    }
+    let bytes = match answer.body(MAX_RESPONSE_BYTES).await {
+        Ok(bytes) => bytes,
+        // The part read is still checked: a reflected credential is the stronger
+        // finding.
+        Err(BodyError::TooLarge(part)) => {
+            return Err(if secret.is_some_and(|s| s.is_in(&part)) {
+                Failure::CredentialReflected
+            } else {
+                Failure::ResponseTooLarge
+            });
+        }
+        Err(BodyError::Failed(failure)) => return Err(failure),
+    };
+    if secret.is_some_and(|s| s.is_in(&bytes)) {
+        return Err(Failure::CredentialReflected);
+    }
+    Ok(Read::Body(bytes))
 }
 
 /// What an exchange produced, before parsing.
@@ -339,54 +361,6 @@ pub(crate) fn classify_status(code: u16) -> Option<StatusRefusal> {
         _ => Failure::Malformed,
     };
     Some(StatusRefusal::Failed(failure))
-}
-
-/// A transport error as a failure. reqwest's own messages carry the URL and are never
-/// used: only the error's kind is.
-pub(crate) fn transport_failure(error: &reqwest::Error) -> Failure {
-    if error.is_connect() {
-        // Refused, unreachable, DNS, TLS handshake, connect timeout.
-        Failure::ConnectFailed
-    } else if error.is_timeout() {
-        Failure::Deadline
-    } else if error.is_builder() {
-        Failure::RequestNotBuilt
-    } else {
-        // The connection closed or was reset after it was established: before the
-        // response head (`is_request`, hyper `IncompleteMessage`) or while the body was
-        // streaming — reqwest 0.13 reports those as `is_decode`, not `is_body`, with
-        // hyper `IncompleteBody` or an `io::ErrorKind::ConnectionReset` underneath.
-        Failure::ConnectionReset
-    }
-}
-
-/// Streams a body into memory, stopping as soon as it exceeds [`MAX_RESPONSE_BYTES`].
-/// When the body is too large, the part read is still checked for the secret: a
-/// reflected credential is the stronger finding.
-pub(crate) async fn read_body(
-    response: reqwest::Response,
-    secret: Option<&BoundSecret>,
-) -> Result<Vec<u8>, Failure> {
-    let capacity = response
-        .content_length()
-        .map_or(0, |length| length.min(MAX_RESPONSE_BYTES as u64) as usize);
-    let mut bytes = Vec::with_capacity(capacity);
-    let mut stream = response.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| transport_failure(&e))?;
-        if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
-            // Keep the overlap so a secret split across the cut is still seen.
-            let room = MAX_RESPONSE_BYTES - bytes.len();
-            bytes.extend_from_slice(&chunk[..room]);
-            return Err(if secret.is_some_and(|s| s.is_in(&bytes)) {
-                Failure::CredentialReflected
-            } else {
-                Failure::ResponseTooLarge
-            });
-        }
-        bytes.extend_from_slice(&chunk);
-    }
-    Ok(bytes)
 }
 
 /// Just enough of any answer to tell a foreign contract from a malformed body.

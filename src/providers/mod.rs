@@ -5,7 +5,6 @@
 //! thread of the coordinator that was granted it.
 
 pub mod bounds;
-pub(crate) mod client;
 pub(crate) mod endpoint;
 pub mod http;
 pub mod http1;

@@ -23,18 +23,21 @@ mod request;
 
 use super::PoolSettings;
 use super::bounds::BoundsViolation;
-use super::bounds::{MAX_ITEMS, MAX_RESPONSE_BYTES};
-use super::client::ClientSlots;
-use super::http::{self, BoundSecret, HttpSetupError, read_body, transport_failure};
+use super::bounds::MAX_ITEMS;
+use super::http::{self, BoundSecret, HttpSetupError, Read, read_answer};
+use super::http1::{ConnectionLimits, Http1Client};
 use super::items::{self, ParseProblem};
 use super::untrusted::{Masks, UntrustedText};
 use super::{LookupCall, Secret};
 use crate::config::{RestAuth, RestMethod, RestSpec};
 use crate::contract::{Currentness, Source};
 use crate::outcome::{Failure, Outcome};
+use ::http::Method;
+use ::http::header::{HeaderName, HeaderValue, RETRY_AFTER};
 use backoff::Backoff;
+use base64::Engine as _;
+use bytes::Bytes;
 use mapping::MappingError;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -45,13 +48,9 @@ const LIVE: Source = Source::Live;
 /// How the bound secret is sent.
 enum SentSecret {
     None,
-    /// A header carrying the secret (bearer, api_key, header), marked sensitive.
-    Header(HeaderName, HeaderValue),
-    /// `Authorization: Basic`.
-    Basic {
-        username: String,
-        password: Secret,
-    },
+    /// A header carrying the secret (bearer, api_key, header, basic): one of the
+    /// client's fixed headers.
+    Header(HeaderName, String),
     /// A query parameter: the URL then holds the secret.
     Query {
         param: String,
@@ -63,10 +62,10 @@ enum SentSecret {
 /// the back-off state.
 #[derive(Clone)]
 pub struct RestProvider {
-    clients: ClientSlots,
+    client: Http1Client,
     spec: Arc<RestSpec>,
-    headers: Arc<Vec<(HeaderName, HeaderValue)>>,
-    secret: Arc<SentSecret>,
+    /// The `query` auth parameter, when the secret goes in the URL.
+    query_secret: Option<Arc<(String, Secret)>>,
     reflection: Option<BoundSecret>,
     backoff: Backoff,
 }
@@ -87,8 +86,9 @@ enum Answer {
 }
 
 impl RestProvider {
-    /// Builds the client as the HTTP provider does (rustls, no redirects, no proxy, no
-    /// retries, the binding's pool limits, connect timeout `timeout`). `secret` is the
+    /// Builds the client as the HTTP provider does ([`Http1Client`]: rustls, no
+    /// redirects, no proxy, the binding's pool limits, connect timeout `timeout`), with
+    /// the binding's headers and a header secret fixed at set-up. `secret` is the
     /// value of the env var the binding's `auth` names; required exactly when it names
     /// one.
     pub fn new(
@@ -103,7 +103,7 @@ impl RestProvider {
             (RestAuth::None, _) => SentSecret::None,
             (_, None) => return Err(HttpSetupError::EmptySecret),
             (RestAuth::Bearer { .. }, Some(secret)) => SentSecret::Header(
-                reqwest::header::AUTHORIZATION,
+                ::http::header::AUTHORIZATION,
                 sensitive(&format!("Bearer {}", secret.expose()))?,
             ),
             (
@@ -114,41 +114,56 @@ impl RestProvider {
                     .map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
                 SentSecret::Header(name, sensitive(secret.expose())?)
             }
-            (RestAuth::Basic { username, .. }, Some(password)) => SentSecret::Basic {
-                username: username.clone(),
-                password,
-            },
+            (RestAuth::Basic { username, .. }, Some(password)) => {
+                let pair = format!("{username}:{}", password.expose());
+                let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+                SentSecret::Header(
+                    ::http::header::AUTHORIZATION,
+                    sensitive(&format!("Basic {encoded}"))?,
+                )
+            }
             (RestAuth::Query { param, .. }, Some(secret)) => SentSecret::Query {
                 param: param.clone(),
                 secret,
             },
         };
-        let mut headers = Vec::with_capacity(spec.headers.len() + 1);
+        let mut headers: Vec<(&str, &str)> = Vec::with_capacity(spec.headers.len() + 3);
+        headers.push(("user-agent", USER_AGENT));
         if !spec
             .headers
             .iter()
             .any(|(name, _)| name.eq_ignore_ascii_case("accept"))
         {
-            headers.push((ACCEPT, HeaderValue::from_static("application/json")));
+            headers.push(("accept", "application/json"));
         }
         for (name, value) in &spec.headers {
-            let name = HeaderName::from_bytes(name.as_bytes())
+            HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
-            let value =
-                HeaderValue::from_str(value).map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
+            HeaderValue::from_str(value).map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
             headers.push((name, value));
         }
-        let clients = ClientSlots::new(pool, timeout)?;
+        if let SentSecret::Header(name, value) = &sent {
+            headers.push((name.as_str(), value));
+        }
+        let limits = ConnectionLimits {
+            max_idle: pool.max_idle_per_host,
+            idle_timeout: pool.idle_timeout,
+            connect_timeout: timeout,
+        };
+        let client = Http1Client::new(&spec.endpoint, &headers, limits, Vec::new())
+            .map_err(HttpSetupError::Connections)?;
+        let query_secret = match sent {
+            SentSecret::Query { param, secret } => Some(Arc::new((param, secret))),
+            SentSecret::None | SentSecret::Header(..) => None,
+        };
         Ok(RestProvider {
-            clients,
+            client,
             spec: Arc::new(spec.clone()),
-            headers: Arc::new(headers),
-            secret: Arc::new(sent),
+            query_secret,
             reflection,
             backoff: Backoff::default(),
         })
     }
-
     /// One lookup. Never panics; every failure is an outcome with a typed failure.
     pub async fn lookup(&self, call: &LookupCall<'_>) -> Outcome {
         let (outcome, _reason) = self.lookup_explained(call).await;
@@ -181,17 +196,11 @@ impl RestProvider {
             Err(_) => return (failed(Failure::RequestUnencodable), None),
         };
         let method = match self.spec.method {
-            RestMethod::Get => reqwest::Method::GET,
-            RestMethod::Post => reqwest::Method::POST,
+            RestMethod::Get => Method::GET,
+            RestMethod::Post => Method::POST,
         };
         match self
-            .exchange_by(
-                self.clients.for_lookup(),
-                call.deadline,
-                method,
-                built.url,
-                body,
-            )
+            .exchange_by(call.deadline, method, &built.url, body.map(Bytes::from))
             .await
         {
             Err(failure) => (failed(failure), None),
@@ -217,16 +226,7 @@ impl RestProvider {
             url.query_pairs_mut().append_pair(param, secret);
         }
         let strict = self.spec.probe_path.is_some();
-        match self
-            .exchange_by(
-                self.clients.for_probe(),
-                deadline,
-                reqwest::Method::GET,
-                url,
-                None,
-            )
-            .await
-        {
+        match self.exchange_by(deadline, Method::GET, &url, None).await {
             Ok(Answer::Body(_)) => Ok(()),
             Ok(Answer::NotFound) if !strict => Ok(()),
             Err(Failure::RequestRefused(_) | Failure::RedirectRefused) if !strict => Ok(()),
@@ -236,94 +236,51 @@ impl RestProvider {
     }
 
     fn query_secret(&self) -> Option<(&str, &str)> {
-        match self.secret.as_ref() {
-            SentSecret::Query { param, secret } => Some((param.as_str(), secret.expose())),
-            _ => None,
-        }
+        self.query_secret
+            .as_deref()
+            .map(|(param, secret)| (param.as_str(), secret.expose()))
     }
 
     async fn exchange_by(
         &self,
-        client: &reqwest::Client,
         deadline: Instant,
-        method: reqwest::Method,
-        url: url::Url,
-        body: Option<Vec<u8>>,
+        method: Method,
+        url: &url::Url,
+        body: Option<Bytes>,
     ) -> Result<Answer, Failure> {
         if Instant::now() >= deadline {
             return Err(Failure::Deadline);
         }
-        timeout_at(deadline, self.exchange(client, method, url, body))
+        timeout_at(deadline, self.exchange(method, url, body))
             .await
             .map_err(|_elapsed| Failure::Deadline)?
     }
 
     /// Sends the request and reads a 2xx body within the limits: transport, reflection,
-    /// status and size, in the HTTP provider's order.
+    /// status and size, in the HTTP provider's order. A 429 starts the back-off its
+    /// `Retry-After` asks for.
     async fn exchange(
         &self,
-        client: &reqwest::Client,
-        method: reqwest::Method,
-        url: url::Url,
-        body: Option<Vec<u8>>,
+        method: Method,
+        url: &url::Url,
+        body: Option<Bytes>,
     ) -> Result<Answer, Failure> {
-        let mut request = client.request(method, url);
-        for (name, value) in self.headers.iter() {
-            request = request.header(name, value.clone());
-        }
-        match self.secret.as_ref() {
-            SentSecret::Header(name, value) => request = request.header(name, value.clone()),
-            SentSecret::Basic { username, password } => {
-                request = request.basic_auth(username, Some(password.expose()));
-            }
-            SentSecret::None | SentSecret::Query { .. } => {}
-        }
-        if let Some(body) = body {
-            request = request.header(CONTENT_TYPE, "application/json").body(body);
-        }
-        let response = request.send().await.map_err(|e| transport_failure(&e))?;
-        let reflection = self.reflection.as_ref();
-        if reflection.is_some_and(|s| s.is_in_headers(response.headers())) {
-            return Err(Failure::CredentialReflected);
-        }
-        let code = response.status().as_u16();
-        if !(200..=299).contains(&code) {
+        let answer = self.client.request(method, url, body).await?;
+        let read = read_answer(answer, self.reflection.as_ref(), |code, headers| {
             if code == 429 {
-                let header = response
-                    .headers()
-                    .get(RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok());
+                let header = headers.get(RETRY_AFTER).and_then(|v| v.to_str().ok());
                 let wait = backoff::retry_after(header, SystemTime::now());
                 self.backoff.wait(Instant::now(), wait);
             }
-            if response
-                .content_length()
-                .is_none_or(|length| length <= MAX_RESPONSE_BYTES as u64)
-            {
-                let echoed = match read_body(response, reflection).await {
-                    Ok(bytes) => reflection.is_some_and(|s| s.is_in(&bytes)),
-                    Err(cut_short) => cut_short == Failure::CredentialReflected,
-                };
-                if echoed {
-                    return Err(Failure::CredentialReflected);
-                }
-            }
-            return match classify_status(code) {
+        })
+        .await?;
+        match read {
+            Read::Body(bytes) => Ok(Answer::Body(bytes)),
+            Read::Refused(code) => match classify_status(code) {
                 None => Ok(Answer::NotFound),
                 Some(failure) => Err(failure),
-            };
+            },
         }
-        if response
-            .content_length()
-            .is_some_and(|length| length > MAX_RESPONSE_BYTES as u64)
-        {
-            return Err(Failure::ResponseTooLarge);
-        }
-        let bytes = read_body(response, reflection).await?;
-        if reflection.is_some_and(|s| s.is_in(&bytes)) {
-            return Err(Failure::CredentialReflected);
-        }
-        Ok(Answer::Body(bytes))
     }
 
     fn parse(&self, call: &LookupCall<'_>, bytes: &[u8], limit: u32) -> (Outcome, Option<String>) {
@@ -385,12 +342,15 @@ pub(crate) fn probe_target(spec: &RestSpec) -> String {
     format!("endpoint {}", url.as_str())
 }
 
-fn sensitive(text: &str) -> Result<HeaderValue, HttpSetupError> {
-    let mut value =
-        HeaderValue::from_str(text).map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
-    value.set_sensitive(true);
-    Ok(value)
+/// `text` as a header value, checked here so that a secret that cannot be sent is
+/// told as such.
+fn sensitive(text: &str) -> Result<String, HttpSetupError> {
+    HeaderValue::from_str(text).map_err(|_| HttpSetupError::SecretNotAHeaderValue)?;
+    Ok(text.to_owned())
 }
+
+/// What ctxd calls itself in the `User-Agent` of its requests.
+const USER_AGENT: &str = concat!("ctxd/", env!("CARGO_PKG_VERSION"));
 
 fn failed(failure: Failure) -> Outcome {
     Outcome::failed(failure, LIVE)

@@ -925,3 +925,43 @@ fn plain_http_is_refused_unless_the_host_is_loopback() {
             .unwrap_or_else(|e| panic!("{text}: {e}"));
     }
 }
+
+#[tokio::test]
+async fn an_endless_run_of_interim_answers_times_out_at_the_deadline() {
+    // A raw TCP server that reads the request and answers `100 Continue` and `103`
+    // heads for ever: hyper skips each and keeps none, and the call ends at its deadline.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = Url::parse(&format!(
+        "http://{}/context",
+        listener.local_addr().unwrap()
+    ))
+    .unwrap();
+    let flood = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut request = [0u8; 4096];
+        let _ = stream.read(&mut request).await;
+        let heads = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n"
+            .repeat(512);
+        let mut sent = 0usize;
+        while stream.write_all(&heads).await.is_ok() && sent < 512 * 1024 * 1024 {
+            sent += heads.len();
+        }
+        sent
+    });
+    let started = Instant::now();
+    let outcome = lookup_within(
+        &provider_for(url, Some(SECRET)),
+        2,
+        Duration::from_millis(300),
+    )
+    .await;
+    assert_failed(&outcome, ProviderStatus::Timeout, Some("DEADLINE"));
+    assert!(
+        started.elapsed() < HUNG_BOUND,
+        "ended {:?} after the call began",
+        started.elapsed()
+    );
+    let sent = flood.await.unwrap();
+    assert!(sent > 0, "the server flooded the connection");
+}

@@ -1,66 +1,72 @@
-//! HTTP/1.1 exchanges with one provider endpoint, over kept-alive connections that
-//! belong to the thread that opened them. The `http` provider's client.
+//! HTTP/1.1 exchanges with one provider endpoint over hyper's `client::conn::http1`, on
+//! kept-alive connections that belong to the thread that opened them: the client of the
+//! `http` and `rest` providers and of `ctxd provider-check`.
 //!
-//! Why ctxd speaks HTTP/1.1 itself here rather than through reqwest: a lookup is one
-//! `POST` of a small JSON body to an endpoint fixed at set-up, with headers fixed at
-//! set-up, and one bounded answer. reqwest (over hyper and hyper-util) spent about half
-//! of a provider call's CPU outside the socket calls — building and copying the request,
-//! its redirect and retry layers, the pool's checkout, and a connection task per
-//! connection woken for every request and every answer (docs/PERFORMANCE.md). Here the
-//! request head is encoded once ([`Http1Client::new`]), a call writes head and body with
-//! one write, and the call's own future reads the answer: no task, channel or lock
-//! between the caller and its socket.
-//!
-//! What it does, and deliberately no more:
-//! - `POST` only, `Content-Length` framed; no `Expect`, no `Accept-Encoding`, no
-//!   upgrades, no redirects (a `3xx` is an answer), no proxy.
-//! - Answers framed by `Content-Length`, by the chunked coding, or by the close
-//!   ([`framing`] has the rules); interim `1xx` answers are skipped.
-//! - Connections: plain TCP (`TCP_NODELAY`) or TLS (rustls with the platform's
-//!   verifier, ALPN `http/1.1`), opened within the connect timeout. A connection goes
-//!   back to its thread's idle list only after an answer whose framing was exact and
-//!   read whole, with nothing after it. A call that fails or is dropped (its deadline)
-//!   closes its connection.
+//! hyper does the protocol: the request's encoding, the answer's framing (length,
+//! chunked, until the close), interim `1xx` answers (skipped, never kept), the head's
+//! bounds, and whether a connection may be kept alive after an answer. What is ours is
+//! the connection handling that keeps a provider call cheap:
+//! - The request head is prepared once ([`Http1Client::new`]): the target, `Host` and
+//!   the caller's fixed headers (the bearer header among them). A call clones it and
+//!   hands it to hyper with its body.
+//! - The call's own future drives its connection: hyper's `Connection` future is polled
+//!   by the call while it waits for the answer and reads the body. No task, channel or
+//!   lock between the caller and its socket, and no other thread woken.
 //! - Each thread keeps its own idle connections, newest first, at most
 //!   `pool.max_idle_per_host` of them and none idle longer than `pool.idle_timeout`
 //!   (checked whenever the thread takes or returns one). ctxd runs one single-threaded
 //!   runtime per worker, so a connection is only ever driven by the runtime that
 //!   registered it, and a call never waits for another thread.
+//! - A connection goes back to its thread's idle list only after an answer read whole
+//!   that hyper keeps alive, with nothing after it, and never after an answer that
+//!   declares both a `Content-Length` and a `Transfer-Encoding`. A call that fails or is
+//!   dropped (its deadline) closes its connection.
 //! - A reused connection the server closed while it sat idle is noticed before use when
-//!   the close has arrived (a read that would block means open), and otherwise when the
-//!   answer ends before its first byte: the request then goes once more, on a new
-//!   connection. A lookup reads and changes nothing, so sending it twice is harmless;
-//!   a new connection is never retried.
+//!   the close has arrived, and otherwise when it ends before the answer's first byte:
+//!   the request then goes once more, on a new connection. A lookup reads and changes
+//!   nothing, so sending it twice is harmless; a new connection is never retried.
+//! - Connections: plain TCP (`TCP_NODELAY`) or TLS (rustls with the platform's
+//!   verifier, ALPN `http/1.1`), opened within the connect timeout. No proxy, no
+//!   redirects (a `3xx` is an answer), no retries but the one above.
 //!
-//! Nothing here knows secrets or lookup values: the caller encodes its fixed headers
-//! (the bearer header among them) and checks answers; errors carry no text.
-
-mod framing;
+//! Nothing here knows secrets or lookup values: the caller passes its fixed headers and
+//! checks answers; errors carry no text.
 
 use crate::outcome::Failure;
-use framing::{ChunkedDecoder, Framing, Head, HeadError, parse_head};
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Uri};
+use http_body_util::Full;
+use hyper::body::Body as _;
+use hyper::body::Incoming;
+use hyper::client::conn::http1 as conn;
+use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fmt;
+use std::future::{Future, poll_fn};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use thread_local::ThreadLocal;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
-use url::{Host, Url};
+use url::{Host, Position, Url};
 
-/// Room a read offers the socket at least: what hyper starts its read buffers with.
-const READ_CHUNK: usize = 8 * 1024;
-/// A connection's buffer larger than this after an answer is let go, so one large
-/// answer does not keep its memory on an idle connection.
-const KEPT_BUFFER: usize = 16 * 1024;
+/// The most an answer's head (status line and header fields, interim heads one at a
+/// time) may take.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// The most hyper buffers from a connection at once.
+const MAX_BUFFERED: usize = 2 * MAX_HEAD_BYTES;
+/// The most header fields an answer's head may have.
+const MAX_HEADERS: usize = 100;
 
 /// Why a client cannot be set up for an endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +79,8 @@ pub enum Http1SetupError {
     HeaderName(String),
     #[error("the value of header {0:?} cannot be sent (control characters or non-ASCII)")]
     HeaderValue(String),
+    #[error("the endpoint's path cannot be sent as a request target")]
+    Target,
     #[error("TLS cannot be set up: {0}")]
     Tls(#[source] rustls::Error),
 }
@@ -96,10 +104,16 @@ pub struct Http1Client {
 
 struct Shared {
     origin: Origin,
-    /// `POST <path> HTTP/1.1`, `Host`, the caller's fixed headers and `Content-Length: `,
-    /// encoded once. May hold a credential: never printed.
-    head: Vec<u8>,
+    /// The endpoint's own request target (origin-form).
+    target: Uri,
+    /// `Host` and the caller's fixed headers, in that order. May hold a credential:
+    /// never printed.
+    headers: HeaderMap,
+    /// Whether the fixed headers name a content type; a JSON body sent by
+    /// [`Http1Client::request`] without one gets `application/json`.
+    has_content_type: bool,
     limits: ConnectionLimits,
+    settings: conn::Builder,
     /// Each calling thread's idle connections, oldest at the front.
     idle: ThreadLocal<RefCell<VecDeque<Idle>>>,
 }
@@ -130,9 +144,8 @@ impl fmt::Debug for Http1Client {
 }
 
 impl Http1Client {
-    /// A client that `POST`s to `url` with `headers` (name, value) on every request,
-    /// besides `Host` and `Content-Length`. TLS roots: the platform's, plus
-    /// `extra_roots`.
+    /// A client of `url` that sends `headers` (name, value) on every request, after
+    /// `Host`. TLS roots: the platform's, plus `extra_roots`.
     pub fn new(
         url: &Url,
         headers: &[(&str, &str)],
@@ -164,24 +177,29 @@ impl Http1Client {
             Some(port) => format!("{}:{port}", url.host_str().unwrap_or_default()),
             None => url.host_str().unwrap_or_default().to_owned(),
         };
-        let mut head =
-            format!("POST {} HTTP/1.1\r\nhost: {authority}\r\n", url.path()).into_bytes();
+        let mut fixed = HeaderMap::with_capacity(headers.len() + 1);
+        fixed.insert(
+            HOST,
+            HeaderValue::from_str(&authority).map_err(|_| Http1SetupError::NoHost)?,
+        );
         for (name, value) in headers {
-            if name.is_empty() || !name.bytes().all(is_token_byte) {
-                return Err(Http1SetupError::HeaderName((*name).to_owned()));
-            }
-            if !value
+            let header = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| Http1SetupError::HeaderName((*name).to_owned()))?;
+            let printable = value
                 .bytes()
-                .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
-            {
-                return Err(Http1SetupError::HeaderValue((*name).to_owned()));
-            }
-            head.extend_from_slice(name.as_bytes());
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(value.as_bytes());
-            head.extend_from_slice(b"\r\n");
+                .all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
+            let mut value = HeaderValue::from_str(value)
+                .ok()
+                .filter(|_| printable)
+                .ok_or_else(|| Http1SetupError::HeaderValue((*name).to_owned()))?;
+            value.set_sensitive(true);
+            fixed.append(header, value);
         }
-        head.extend_from_slice(b"content-length: ");
+        let mut settings = conn::Builder::new();
+        settings
+            .max_header_size(MAX_HEAD_BYTES)
+            .max_buf_size(MAX_BUFFERED)
+            .max_headers(MAX_HEADERS);
         Ok(Http1Client {
             shared: Arc::new(Shared {
                 origin: Origin {
@@ -190,38 +208,73 @@ impl Http1Client {
                     address,
                     tls,
                 },
-                head,
+                target: origin_form(url).ok_or(Http1SetupError::Target)?,
+                has_content_type: fixed.contains_key(CONTENT_TYPE),
+                headers: fixed,
                 limits,
+                settings,
                 idle: ThreadLocal::new(),
             }),
         })
     }
 
-    /// `POST`s `body` and reads the answer's head. The caller reads the body through
-    /// the [`Answer`] (or drops it, which closes the connection).
-    pub async fn post(&self, body: &[u8]) -> Result<Answer<'_>, Failure> {
+    /// `POST`s `body` to the endpoint with the fixed headers and reads the answer's
+    /// head. The caller reads the body through the [`Answer`] (or drops it, which closes
+    /// the connection).
+    pub async fn post(&self, body: impl Into<Bytes>) -> Result<Answer<'_>, Failure> {
+        let target = self.shared.target.clone();
+        self.send(Method::POST, target, Some(body.into()), false)
+            .await
+    }
+
+    /// Sends `method` to `url` (a URL of the endpoint's origin: its path and query are
+    /// sent) with a JSON `body`, if any, and reads the answer's head.
+    pub async fn request(
+        &self,
+        method: Method,
+        url: &Url,
+        json: Option<Bytes>,
+    ) -> Result<Answer<'_>, Failure> {
+        let target = origin_form(url).ok_or(Failure::RequestNotBuilt)?;
+        let typed = json.is_some();
+        self.send(method, target, json, typed).await
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        target: Uri,
+        body: Option<Bytes>,
+        json: bool,
+    ) -> Result<Answer<'_>, Failure> {
         let shared = &*self.shared;
-        if let Some(connection) = shared.checkout() {
-            let mut connection = connection;
-            match connection.exchange(&shared.head, body).await {
-                Ok(head) => return Ok(self.answer(connection, head)),
+        if let Some(mut connection) = shared.checkout() {
+            let request = shared.request(method.clone(), target.clone(), body.clone(), json);
+            match connection.exchange(request).await {
+                Ok(response) => return Ok(self.answer(connection, response)),
                 // The server closed it while it sat idle: once more, on a new one.
                 Err(ExchangeError::Unanswered) => {}
-                Err(error) => return Err(error.failure()),
+                Err(ExchangeError::Failed(failure)) => return Err(failure),
             }
         }
         let mut connection = shared.connect().await?;
-        match connection.exchange(&shared.head, body).await {
-            Ok(head) => Ok(self.answer(connection, head)),
-            Err(error) => Err(error.failure()),
+        match connection
+            .exchange(shared.request(method, target, body, json))
+            .await
+        {
+            Ok(response) => Ok(self.answer(connection, response)),
+            Err(ExchangeError::Unanswered) => Err(Failure::ConnectionReset),
+            Err(ExchangeError::Failed(failure)) => Err(failure),
         }
     }
 
-    fn answer(&self, connection: Connection, head: Head) -> Answer<'_> {
+    fn answer(&self, connection: Connection, response: http::Response<Incoming>) -> Answer<'_> {
+        let (head, body) = response.into_parts();
         Answer {
             client: self,
-            connection: Some(connection),
+            connection,
             head,
+            body,
         }
     }
 
@@ -232,7 +285,32 @@ impl Http1Client {
     }
 }
 
+/// The origin-form request target of `url`: its path and query.
+fn origin_form(url: &Url) -> Option<Uri> {
+    Uri::try_from(&url[Position::BeforePath..Position::AfterQuery]).ok()
+}
+
 impl Shared {
+    /// The request: the prepared head with this call's method, target and body (typed
+    /// `application/json` when `json` and no fixed header types it).
+    fn request(
+        &self,
+        method: Method,
+        target: Uri,
+        body: Option<Bytes>,
+        json: bool,
+    ) -> Request<Full<Bytes>> {
+        let mut headers = self.headers.clone();
+        if json && !self.has_content_type {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        let mut request = Request::new(Full::new(body.unwrap_or_default()));
+        *request.method_mut() = method;
+        *request.uri_mut() = target;
+        *request.headers_mut() = headers;
+        request
+    }
+
     /// The calling thread's newest idle connection that is still usable, if any.
     fn checkout(&self) -> Option<Connection> {
         let mut idle = self.idle.get_or_default().borrow_mut();
@@ -247,19 +325,9 @@ impl Shared {
     }
 
     /// Puts a connection back on the calling thread's idle list.
-    fn checkin(&self, mut connection: Connection) {
+    fn checkin(&self, connection: Connection) {
         if self.limits.max_idle == 0 {
             return;
-        }
-        for buffer in [
-            &mut connection.read,
-            &mut connection.write,
-            &mut connection.received_head,
-        ] {
-            buffer.clear();
-            if buffer.capacity() > KEPT_BUFFER {
-                *buffer = Vec::new();
-            }
         }
         let mut idle = self.idle.get_or_default().borrow_mut();
         self.drop_expired(&mut idle);
@@ -282,15 +350,32 @@ impl Shared {
     }
 
     /// Opens a connection within the connect timeout: TCP to the first address that
-    /// accepts, then TLS when the endpoint is `https://`.
+    /// accepts, then TLS when the endpoint is `https://`, then hyper's handshake.
     async fn connect(&self) -> Result<Connection, Failure> {
-        tokio::time::timeout(self.limits.connect_timeout, self.open())
+        let stream = tokio::time::timeout(self.limits.connect_timeout, self.open())
             .await
             .map_err(|_elapsed| Failure::ConnectFailed)?
-            .map_err(|_error| Failure::ConnectFailed)
+            .map_err(|_error| Failure::ConnectFailed)?;
+        let received = Arc::new(AtomicU64::new(0));
+        let io = TokioIo::new(Metered {
+            stream,
+            received: received.clone(),
+            burst: 0,
+        });
+        let (sender, driver) = self
+            .settings
+            .handshake(io)
+            .await
+            .map_err(|_error| Failure::ConnectFailed)?;
+        Ok(Connection {
+            sender,
+            driver: Box::pin(driver),
+            ended: false,
+            received,
+        })
     }
 
-    async fn open(&self) -> io::Result<Connection> {
+    async fn open(&self) -> io::Result<Stream> {
         let origin = &self.origin;
         let tcp = match origin.address {
             Some(ip) => TcpStream::connect(SocketAddr::new(ip, origin.port)).await?,
@@ -310,17 +395,11 @@ impl Shared {
             }
         };
         tcp.set_nodelay(true)?;
-        let stream = match &origin.tls {
+        Ok(match &origin.tls {
             None => Stream::Plain(tcp),
             Some((connector, name)) => {
                 Stream::Tls(Box::new(connector.connect(name.clone(), tcp).await?))
             }
-        };
-        Ok(Connection {
-            stream,
-            read: Vec::new(),
-            write: Vec::new(),
-            received_head: Vec::new(),
         })
     }
 }
@@ -348,29 +427,41 @@ fn tls_config(
     Ok(Arc::new(config))
 }
 
-/// `tchar` of RFC 9110 §5.6.2.
-fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
 /// Why an exchange on one connection failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum ExchangeError {
     /// The connection failed or closed before the answer's first byte.
     Unanswered,
-    /// The connection failed or closed after part of the answer.
-    CutShort,
-    Head(HeadError),
+    Failed(Failure),
 }
 
-impl ExchangeError {
-    fn failure(self) -> Failure {
-        match self {
-            ExchangeError::Unanswered | ExchangeError::CutShort => Failure::ConnectionReset,
-            ExchangeError::Head(HeadError::Malformed) => Failure::Malformed,
-            ExchangeError::Head(HeadError::TooLarge) => Failure::ResponseTooLarge,
-        }
+/// What a hyper error means for a call: a head over its bounds is too large, a head that
+/// is not HTTP is malformed, anything else lost the connection. (`is_parse_too_large`
+/// is why hyper's `server` feature is on: the client's own head errors use it too.)
+fn failure_of(error: &hyper::Error) -> Failure {
+    if error.is_parse_too_large() {
+        Failure::ResponseTooLarge
+    } else if error.is_parse() || error.is_parse_status() {
+        Failure::Malformed
+    } else {
+        Failure::ConnectionReset
     }
+}
+
+/// What a body error means: a broken chunked coding is malformed; an answer cut short
+/// (the connection closed or failed) lost the connection.
+fn body_failure(error: &hyper::Error) -> Failure {
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<io::Error>() {
+            return match io.kind() {
+                io::ErrorKind::InvalidData | io::ErrorKind::InvalidInput => Failure::Malformed,
+                _ => Failure::ConnectionReset,
+            };
+        }
+        source = cause.source();
+    }
+    failure_of(error)
 }
 
 /// A plain or TLS stream.
@@ -379,118 +470,177 @@ enum Stream {
     Tls(Box<TlsStream<TcpStream>>),
 }
 
-impl AsyncRead for Stream {
+/// The most a connection reads before it lets its task yield once. hyper reads and
+/// parses for as long as bytes keep arriving; a server that sends interim heads for
+/// ever would keep the call's task busy past its deadline without this.
+const READ_BURST: usize = 64 * 1024;
+
+/// A stream that counts the bytes it reads, so a call can tell an answer cut short
+/// from no answer at all, and that yields after [`READ_BURST`] bytes read without a
+/// pause.
+struct Metered {
+    stream: Stream,
+    received: Arc<AtomicU64>,
+    /// Bytes read since the stream last had nothing to read, or last yielded.
+    burst: usize,
+}
+
+impl AsyncRead for Metered {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
+        let this = self.get_mut();
+        if this.burst >= READ_BURST {
+            // Let the runtime run timers (the call's deadline) before reading on.
+            this.burst = 0;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        let before = buf.filled().len();
+        let polled = match &mut this.stream {
             Stream::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
             Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
+        };
+        let read = buf.filled().len() - before;
+        if read > 0 {
+            this.received.fetch_add(read as u64, Ordering::Relaxed);
+            this.burst += read;
+        } else if polled.is_pending() {
+            this.burst = 0;
         }
+        polled
     }
 }
 
-impl AsyncWrite for Stream {
+impl AsyncWrite for Metered {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
+        match &mut self.get_mut().stream {
             Stream::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
             Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
         }
     }
 
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.get_mut().stream {
+            Stream::Plain(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match &self.stream {
+            Stream::Plain(tcp) => tcp.is_write_vectored(),
+            Stream::Tls(tls) => tls.is_write_vectored(),
+        }
+    }
+
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
+        match &mut self.get_mut().stream {
             Stream::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
             Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
+        match &mut self.get_mut().stream {
             Stream::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
             Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_shutdown(cx),
         }
     }
 }
 
-/// One connection with its buffers.
+type Driver = Pin<Box<conn::Connection<TokioIo<Metered>, Full<Bytes>>>>;
+
+/// One connection: hyper's request handle and the connection future that does its I/O,
+/// polled by the call that uses it.
 struct Connection {
-    stream: Stream,
-    /// Bytes read and not consumed yet.
-    read: Vec<u8>,
-    /// The request being written.
-    write: Vec<u8>,
-    /// The heads of the answer being read (interim ones first), as they arrived.
-    received_head: Vec<u8>,
+    sender: conn::SendRequest<Full<Bytes>>,
+    driver: Driver,
+    /// The connection future has finished: the connection is closed.
+    ended: bool,
+    /// Bytes read from the connection so far.
+    received: Arc<AtomicU64>,
+}
+
+/// The connection closed while a call still waited on it.
+struct Closed;
+
+/// Polls `work` to completion while driving the connection (`driver`). The connection
+/// is polled first, so what it reads reaches `work` in the same turn. When the
+/// connection has finished and `work` is still waiting, nothing more can come: that is
+/// [`Closed`].
+async fn driven<F: Future>(
+    driver: &mut Driver,
+    ended: &mut bool,
+    work: F,
+) -> Result<F::Output, Closed> {
+    let mut work = pin!(work);
+    poll_fn(|cx| {
+        if !*ended && driver.as_mut().poll(cx).is_ready() {
+            *ended = true;
+        }
+        match work.as_mut().poll(cx) {
+            Poll::Ready(output) => Poll::Ready(Ok(output)),
+            Poll::Pending if *ended => Poll::Ready(Err(Closed)),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
 }
 
 impl Connection {
-    /// Whether an idle connection can take a request: a read that would block means the
-    /// server has not closed it; a close, an error or bytes nobody asked for mean it is
-    /// done. Never waits.
+    /// Whether an idle connection can take a request: polls the connection once, never
+    /// waiting; a close, an error or bytes nobody asked for end it.
     fn is_open(&mut self) -> bool {
-        let mut probe = [0u8; 1];
-        let mut buf = ReadBuf::new(&mut probe);
-        let mut cx = Context::from_waker(Waker::noop());
-        matches!(
-            Pin::new(&mut self.stream).poll_read(&mut cx, &mut buf),
-            Poll::Pending
-        )
-    }
-
-    /// Reads more bytes into the read buffer; `Ok(0)` at the close.
-    async fn fill(&mut self) -> io::Result<usize> {
-        if self.read.capacity() - self.read.len() < READ_CHUNK / 2 {
-            self.read.reserve(READ_CHUNK);
-        }
-        self.stream.read_buf(&mut self.read).await
-    }
-
-    /// Writes the request and reads up to the end of the final answer's head.
-    async fn exchange(&mut self, head: &[u8], body: &[u8]) -> Result<Head, ExchangeError> {
-        self.write.clear();
-        self.write.extend_from_slice(head);
-        self.write
-            .extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
-        self.write.extend_from_slice(b"\r\n\r\n");
-        self.write.extend_from_slice(body);
-        let written = async {
-            self.stream.write_all(&self.write).await?;
-            self.stream.flush().await
-        };
-        written.await.map_err(|_| ExchangeError::Unanswered)?;
-
-        self.read.clear();
-        self.received_head.clear();
-        let mut answered = false;
-        loop {
-            match parse_head(&self.read).map_err(ExchangeError::Head)? {
-                Some(head) => {
-                    self.received_head.extend_from_slice(&self.read[..head.len]);
-                    self.read.drain(..head.len);
-                    if !head.is_interim() {
-                        return Ok(head);
-                    }
-                    answered = true;
-                }
-                None => {
-                    let lost = if answered || !self.read.is_empty() {
-                        ExchangeError::CutShort
-                    } else {
-                        ExchangeError::Unanswered
-                    };
-                    match self.fill().await {
-                        Ok(0) | Err(_) => return Err(lost),
-                        Ok(_) => {}
-                    }
-                }
+        if !self.ended {
+            let mut cx = Context::from_waker(Waker::noop());
+            if self.driver.as_mut().poll(&mut cx).is_ready() {
+                self.ended = true;
             }
+        }
+        !self.ended && !self.sender.is_closed()
+    }
+
+    /// Sends the request and waits for the final answer's head.
+    async fn exchange(
+        &mut self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<http::Response<Incoming>, ExchangeError> {
+        let before = self.received.load(Ordering::Relaxed);
+        let Connection {
+            sender,
+            driver,
+            ended,
+            received,
+        } = self;
+        let unanswered = || {
+            if received.load(Ordering::Relaxed) == before {
+                ExchangeError::Unanswered
+            } else {
+                ExchangeError::Failed(Failure::ConnectionReset)
+            }
+        };
+        match driven(driver, ended, poll_fn(|cx| sender.poll_ready(cx))).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(Closed) => return Err(unanswered()),
+        }
+        match driven(driver, ended, sender.send_request(request)).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(error)) => match failure_of(&error) {
+                Failure::ConnectionReset => Err(unanswered()),
+                failure => Err(ExchangeError::Failed(failure)),
+            },
+            Err(Closed) => Err(unanswered()),
         }
     }
 }
@@ -499,8 +649,9 @@ impl Connection {
 /// Dropping it unread closes the connection.
 pub struct Answer<'a> {
     client: &'a Http1Client,
-    connection: Option<Connection>,
-    head: Head,
+    connection: Connection,
+    head: http::response::Parts,
+    body: Incoming,
 }
 
 /// Why an answer's body could not be read whole.
@@ -515,105 +666,73 @@ pub enum BodyError {
 impl Answer<'_> {
     /// The status code.
     pub fn code(&self) -> u16 {
-        self.head.code
+        self.head.status.as_u16()
     }
 
-    /// The declared length of the body, when the answer declares one.
+    /// The length of the body, when the answer declares one that frames it.
     pub fn content_length(&self) -> Option<u64> {
-        self.head.content_length()
+        self.body.size_hint().exact()
     }
 
-    /// The answer's head as it arrived (status line and header fields), for checks on
-    /// every header at once.
-    pub fn head_bytes(&self) -> &[u8] {
-        self.connection
-            .as_ref()
-            .map_or(&[][..], |connection| &connection.received_head)
+    /// The answer's header fields.
+    pub fn headers(&self) -> &HeaderMap {
+        &self.head.headers
+    }
+
+    /// The reason phrase of the status line, when it is not the code's usual one.
+    pub fn reason(&self) -> Option<&[u8]> {
+        self.head
+            .extensions
+            .get::<hyper::ext::ReasonPhrase>()
+            .map(|reason| reason.as_bytes())
     }
 
     /// Reads the whole body, at most `limit` bytes. The connection goes back to the
     /// thread's idle list when the answer allows it.
-    pub async fn body(mut self, limit: usize) -> Result<Vec<u8>, BodyError> {
-        let Some(mut connection) = self.connection.take() else {
-            return Err(BodyError::Failed(Failure::ConnectionReset));
-        };
-        let body = read_body(&mut connection, self.head.framing, limit).await?;
-        // Bytes after the body were never asked for: the connection is out of step.
-        if self.head.reusable && connection.read.is_empty() {
-            self.client.shared.checkin(connection);
-        }
-        Ok(body)
-    }
-}
-
-/// Reads a body framed as `framing` from `connection`, at most `limit` bytes, into a
-/// buffer of its own: the connection keeps its read buffer for its next answer.
-async fn read_body(
-    connection: &mut Connection,
-    framing: Framing,
-    limit: usize,
-) -> Result<Vec<u8>, BodyError> {
-    let cut_short = BodyError::Failed(Failure::ConnectionReset);
-    match framing {
-        Framing::Empty => Ok(Vec::new()),
-        Framing::Length(length) => {
-            let wanted = usize::try_from(length).unwrap_or(usize::MAX);
-            let take = wanted.min(limit);
-            let mut body = Vec::with_capacity(take);
-            loop {
-                let part = (take - body.len()).min(connection.read.len());
-                body.extend_from_slice(&connection.read[..part]);
-                connection.read.drain(..part);
-                if body.len() == take {
-                    break;
-                }
-                match connection.fill().await {
-                    Ok(0) | Err(_) => return Err(cut_short),
-                    Ok(_) => {}
-                }
-            }
-            if wanted > limit {
-                return Err(BodyError::TooLarge(body));
-            }
-            Ok(body)
-        }
-        Framing::Chunked => {
-            let mut decoder = ChunkedDecoder::default();
-            let mut body = Vec::with_capacity(connection.read.len());
-            loop {
-                let used = decoder
-                    .decode(&connection.read, &mut body)
-                    .map_err(|_| BodyError::Failed(Failure::Malformed))?;
-                connection.read.drain(..used);
-                if body.len() > limit {
-                    body.truncate(limit);
-                    return Err(BodyError::TooLarge(body));
-                }
-                if decoder.is_done() {
-                    return Ok(body);
-                }
-                match connection.fill().await {
-                    Ok(0) | Err(_) => return Err(cut_short),
-                    Ok(_) => {}
+    pub async fn body(self, limit: usize) -> Result<Vec<u8>, BodyError> {
+        let Answer {
+            client,
+            mut connection,
+            head,
+            mut body,
+        } = self;
+        let capacity = body.size_hint().exact().map_or(0, |length| {
+            usize::try_from(length).unwrap_or(limit).min(limit)
+        });
+        let mut bytes = Vec::with_capacity(capacity);
+        loop {
+            let Connection { driver, ended, .. } = &mut connection;
+            let frame = driven(
+                driver,
+                ended,
+                poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)),
+            )
+            .await
+            .map_err(|Closed| BodyError::Failed(Failure::ConnectionReset))?;
+            match frame {
+                None => break,
+                Some(Err(error)) => return Err(BodyError::Failed(body_failure(&error))),
+                Some(Ok(frame)) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue; // trailers
+                    };
+                    if bytes.len() + data.len() > limit {
+                        let room = limit - bytes.len();
+                        bytes.extend_from_slice(&data[..room]);
+                        return Err(BodyError::TooLarge(bytes));
+                    }
+                    bytes.extend_from_slice(&data);
                 }
             }
         }
-        Framing::UntilClose => {
-            let mut body = Vec::with_capacity(connection.read.len());
-            loop {
-                body.extend_from_slice(&connection.read);
-                connection.read.clear();
-                if body.len() > limit {
-                    body.truncate(limit);
-                    return Err(BodyError::TooLarge(body));
-                }
-                match connection.fill().await {
-                    Ok(0) => return Ok(body),
-                    Err(_) => return Err(cut_short),
-                    Ok(_) => {}
-                }
-            }
+        let both_lengths = head.headers.contains_key(CONTENT_LENGTH)
+            && head.headers.contains_key(http::header::TRANSFER_ENCODING);
+        // One more turn of the connection after the answer: hyper then sees a close,
+        // or bytes after the body that nobody asked for, and ends it.
+        if !both_lengths && connection.is_open() {
+            client.shared.checkin(connection);
         }
+        Ok(bytes)
     }
 }
 

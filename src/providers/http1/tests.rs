@@ -5,6 +5,7 @@
 use super::*;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 /// What the scripted server does with the request it just read.
@@ -14,6 +15,8 @@ enum Reply {
     Keep(Vec<u8>),
     /// Writes these bytes and closes the connection.
     Close(Vec<u8>),
+    /// Writes these bytes, and closes the connection a moment later.
+    CloseLater(Vec<u8>),
     /// Closes the connection without writing anything.
     Hangup,
 }
@@ -147,6 +150,13 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let _ = stream.shutdown().await;
                 return;
             }
+            Reply::CloseLater(bytes) => {
+                let _ = stream.write_all(&bytes).await;
+                let _ = stream.flush().await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let _ = stream.shutdown().await;
+                return;
+            }
             Reply::Hangup => return,
         }
     }
@@ -175,7 +185,7 @@ type Called = Result<(u16, Vec<u8>), Failure>;
 
 /// Posts `body` and reads the answer: its code and body.
 async fn call(client: &Http1Client, body: &str) -> Called {
-    let answer = client.post(body.as_bytes()).await?;
+    let answer = client.post(body.to_owned()).await?;
     let code = answer.code();
     match answer.body(1024).await {
         Ok(bytes) => Ok((code, bytes)),
@@ -342,7 +352,7 @@ async fn answers_whose_framing_was_not_exact_close_their_connection() {
             Reply::Keep(
                 format!(
                     "HTTP/1.1 200 OK\r\nx-pad: {}\r\n\r\n",
-                    "p".repeat(framing::MAX_HEAD_BYTES)
+                    "p".repeat(MAX_HEAD_BYTES)
                 )
                 .into_bytes(),
             ),
@@ -382,9 +392,9 @@ async fn a_body_at_the_limit_is_read_whole() {
 
 #[tokio::test]
 async fn an_idle_connection_the_server_closed_is_replaced_before_use() {
-    // Every answer closes its connection after writing it, though its framing would
-    // allow reuse: the kept connection is found closed at the next call.
-    let server = Server::start(|n| Reply::Close(ok(&format!("[{n}]")))).await;
+    // Every answer closes its connection a moment after writing it, though its framing
+    // would allow reuse: the kept connection is found closed at the next call.
+    let server = Server::start(|n| Reply::CloseLater(ok(&format!("[{n}]")))).await;
     let client = client(&server.url("http", "127.0.0.1"));
     assert_eq!(call(&client, "{}").await, Ok((200, b"[0]".to_vec())));
     assert_eq!(client.idle_here(), 1, "its framing allowed it");
@@ -623,4 +633,62 @@ async fn a_tls_connection_the_server_closed_is_replaced_before_use() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(call(&client, "{}").await, Ok((200, b"[1]".to_vec())));
     assert_eq!((server.accepted(), server.requests().len()), (2, 2));
+}
+
+/// A server on a thread of its own (so the counting allocator sees only the client):
+/// it reads the request, then answers `103 Early Hints` for ever, until `for_at_most`
+/// has passed or the client has gone.
+fn interim_flood(for_at_most: Duration) -> (SocketAddr, std::thread::JoinHandle<usize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut request = [0u8; 4096];
+        let _ = stream.read(&mut request).unwrap();
+        let hint = b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload; as=style\r\n\r\n";
+        let burst: Vec<u8> = hint.repeat(64 * 1024 / hint.len());
+        let started = std::time::Instant::now();
+        let mut sent = 0;
+        while started.elapsed() < for_at_most {
+            match stream.write_all(&burst) {
+                Ok(()) => sent += burst.len(),
+                Err(_) => break,
+            }
+        }
+        sent
+    });
+    (address, server)
+}
+
+#[test]
+fn an_endless_run_of_interim_answers_ends_at_the_deadline_in_bounded_memory() {
+    let (address, server) = interim_flood(Duration::from_secs(5));
+    let url = Url::parse(&format!("http://{address}/v1/lookup")).unwrap();
+    let client = client(&url);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let deadline = Duration::from_millis(400);
+    let started = Instant::now();
+    let (called, peak) = crate::alloc_meter::peak_extra(|| {
+        runtime.block_on(async { tokio::time::timeout(deadline, call(&client, "{}")).await })
+    });
+    let took = started.elapsed();
+    drop(client);
+    let sent = server.join().unwrap();
+    assert!(called.is_err(), "no final answer ever came: {called:?}");
+    assert!(
+        took < deadline + Duration::from_millis(300),
+        "the call ends at its deadline, not later: {took:?}"
+    );
+    assert!(
+        sent > 2 * 1024 * 1024,
+        "the flood was real: {sent} bytes sent"
+    );
+    assert!(
+        peak < 1024 * 1024 && peak < sent / 2,
+        "interim heads are not kept: {peak} bytes at the peak, {sent} sent"
+    );
 }
