@@ -5,13 +5,20 @@
 //!     [--providers 1,4,8] [--overhead-providers N|none] [--open-load FRACTION]
 //!     [--rounds N] [--soak SECS] [--soak-providers N] [--skip-load] [--workers N]
 //!     [--client-threads N] [--mock-threads N] [--compare-ctxd PATH]
-//!     [--repeated FRACTION] [--repeated-providers N] [--postgres] [--out DIR]
+//!     [--repeated FRACTION] [--repeated-providers N] [--postgres]
+//!     [--provider-type http|rest] [--out DIR]
 //! ```
 //!
 //! - **Mock providers**: one hand-written HTTP/1.1 `context-provider.v1` server per
 //!   provider (keep-alive, no delay), each on its own `127.0.0.1` port, all on their own
 //!   tokio runtime (`bench-mock` threads). `describe` and `lookup` are answered with
 //!   pre-built bytes: one small item.
+//! - **Provider type** (`--provider-type`, default `http`): how ctxd's bindings reach the
+//!   mocks. `http`: the `context-provider.v1` contract, a `POST` per lookup. `rest`: the
+//!   same mocks as a JSON API, a `GET /context/customers/<value>` per lookup with a bearer
+//!   token, the answer mapped by JSONPath (items, id, title, content, updated_at, two
+//!   metadata fields). The baselines make the same calls either way (a `POST` per
+//!   lookup), so with `rest` the figure to read is ctxd ÷ compare.
 //! - **ctxd**: the release binary (`CARGO_BIN_EXE_ctxd`, built by `cargo bench`) as a
 //!   child process on `127.0.0.1:0`, with a temp deployment: one tenant, a Project with
 //!   N providers each behind one optional layer, a Binding pointing provider `pK` to
@@ -161,15 +168,45 @@ struct Args {
     postgres: bool,
     /// The same-hop server's upstream client (`--same-hop-client`).
     same_hop_client: same_hop::SameHopClient,
+    /// How ctxd's bindings reach the mocks (`--provider-type`).
+    provider_type: ProviderType,
     out: PathBuf,
 }
+
+/// The provider type of the mock bindings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProviderType {
+    Http,
+    Rest,
+}
+
+impl ProviderType {
+    fn parse(text: &str) -> Option<ProviderType> {
+        match text {
+            "http" => Some(ProviderType::Http),
+            "rest" => Some(ProviderType::Rest),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ProviderType::Http => "http",
+            ProviderType::Rest => "rest",
+        }
+    }
+}
+
+/// The run's `--provider-type`, set once by [`parse_args`].
+static PROVIDER_TYPE: std::sync::OnceLock<ProviderType> = std::sync::OnceLock::new();
 
 fn usage() -> ! {
     eprintln!(
         "usage: cargo bench --bench load -- [--duration SECS] [--warmup SECS] [--concurrency N] \
          [--providers 1,4,8] [--overhead-providers N|none] [--open-load FRACTION] [--rounds N] [--soak SECS] [--soak-providers N] \
          [--skip-load] [--workers N] [--client-threads N] [--mock-threads N] [--compare-ctxd PATH] \
-         [--repeated FRACTION] [--repeated-providers N] [--postgres] [--same-hop-client reqwest|ctxd] [--out DIR]"
+         [--repeated FRACTION] [--repeated-providers N] [--postgres] [--same-hop-client reqwest|ctxd] \
+         [--provider-type http|rest] [--out DIR]"
     );
     std::process::exit(2)
 }
@@ -194,6 +231,7 @@ fn parse_args() -> Args {
         repeated_providers: 4,
         postgres: false,
         same_hop_client: same_hop::SameHopClient::Reqwest,
+        provider_type: ProviderType::Http,
         out: target_dir().join("bench/load"),
     };
     let mut it = std::env::args().skip(1);
@@ -266,6 +304,12 @@ fn parse_args() -> Args {
                     .and_then(|c| same_hop::SameHopClient::parse(&c))
                     .unwrap_or_else(|| usage())
             }
+            "--provider-type" => {
+                args.provider_type = it
+                    .next()
+                    .and_then(|t| ProviderType::parse(&t))
+                    .unwrap_or_else(|| usage())
+            }
             "--out" => args.out = PathBuf::from(it.next().unwrap_or_else(|| usage())),
             "-h" | "--help" => usage(),
             other => {
@@ -274,6 +318,9 @@ fn parse_args() -> Args {
             }
         }
     }
+    PROVIDER_TYPE
+        .set(args.provider_type)
+        .expect("the arguments are parsed once");
     args
 }
 
@@ -440,10 +487,11 @@ fn project_json(providers: usize) -> String {
     .to_string()
 }
 
-/// One HTTP binding per provider. `max_concurrency` and the idle pool are raised above
-/// the defaults (64 and 32) so that neither refuses or churns connections at 64
-/// concurrent turns; everything else is the default (timeout 1000 ms, digest retention).
-/// With `cache`, every provider keeps answers for 60 s (`[defaults.cache]`).
+/// One binding per provider, of the run's `--provider-type`. `max_concurrency` and the
+/// idle pool are raised above the defaults (64 and 32) so that neither refuses or churns
+/// connections at 64 concurrent turns; everything else is the default (timeout 1000 ms,
+/// digest retention). With `cache`, every provider keeps answers for 60 s
+/// (`[defaults.cache]`).
 fn binding_toml(mocks: &[SocketAddr], cache: bool) -> String {
     let mut text = String::from(
         "revision = \"load-1\"\n\n[defaults]\nmax_concurrency = 1024\n\n[defaults.pool]\nmax_idle_per_host = 256\n",
@@ -451,12 +499,26 @@ fn binding_toml(mocks: &[SocketAddr], cache: bool) -> String {
     if cache {
         text.push_str("\n[defaults.cache]\nttl = \"60s\"\n");
     }
+    let rest = PROVIDER_TYPE.get() == Some(&ProviderType::Rest);
     for (k, address) in mocks.iter().enumerate() {
-        let _ = write!(
-            text,
-            "\n[providers.p{}]\ntype = \"http\"\nendpoint = \"http://{address}/context\"\nsecret_env = \"{SECRET_ENV}\"\n",
-            k + 1
-        );
+        if rest {
+            let _ = write!(
+                text,
+                "\n[providers.p{k}]\ntype = \"rest\"\nendpoint = \"http://{address}/context\"\n\
+                 version = \"mock-rest\"\npath = \"/customers/{{value}}\"\n\
+                 auth = {{ type = \"bearer\", token_env = \"{SECRET_ENV}\" }}\n\n\
+                 [providers.p{k}.mapping]\nitems = \"$.items\"\nid = \"$.id\"\ntitle = \"$.title\"\n\
+                 content = \"$.content\"\nupdated_at = \"$.updatedAt\"\n\
+                 metadata = {{ plan = \"$.metadata.plan\", region = \"$.metadata.region\" }}\n",
+                k = k + 1
+            );
+        } else {
+            let _ = write!(
+                text,
+                "\n[providers.p{}]\ntype = \"http\"\nendpoint = \"http://{address}/context\"\nsecret_env = \"{SECRET_ENV}\"\n",
+                k + 1
+            );
+        }
     }
     text
 }
@@ -3002,6 +3064,7 @@ fn main() {
         "settings": {
             "concurrency": args.concurrency,
             "same_hop_client": args.same_hop_client.name(),
+            "provider_type": args.provider_type.name(),
             "warmup_seconds": args.warmup.as_secs_f64(),
             "rounds": args.rounds,
             "order": if args.compare_ctxd.is_some() {
