@@ -21,6 +21,7 @@ use crate::contract::{CONTRACT, DescribeRequest, DescribeResponse, LookupRequest
 use crate::outcome::Failure;
 use crate::providers::bounds::{self, MAX_ITEMS, MAX_RESPONSE_BYTES};
 use crate::providers::endpoint::{self, Violation};
+use crate::providers::http::contract_client;
 use crate::providers::http1::{BodyError, ConnectionLimits, Http1Client};
 use crate::providers::secrets;
 use crate::validation::{ID_RULE, is_valid_id};
@@ -490,32 +491,20 @@ const USER_AGENT: &str = concat!("ctxd-provider-check/", env!("CARGO_PKG_VERSION
 
 impl Client {
     fn new(target: &Target) -> anyhow::Result<Client> {
-        let authorization = match &target.secret {
-            None => None,
-            Some(secret) => {
-                let value = format!("Bearer {secret}");
-                HeaderValue::from_str(&value).map_err(|_| {
-                    anyhow::anyhow!(
-                        "--secret-env: the secret cannot be sent in an HTTP header (control characters or non-ASCII)"
-                    )
-                })?;
-                Some(value)
-            }
-        };
-        let mut headers = vec![
-            ("user-agent", USER_AGENT),
-            ("content-type", "application/json"),
-            ("accept", "application/json"),
-        ];
-        if let Some(authorization) = &authorization {
-            headers.push(("authorization", authorization));
+        if let Some(secret) = &target.secret
+            && HeaderValue::from_str(&format!("Bearer {secret}")).is_err()
+        {
+            bail!(
+                "--secret-env: the secret cannot be sent in an HTTP header (control characters or non-ASCII)"
+            );
         }
         let limits = ConnectionLimits {
             max_idle: 1,
             idle_timeout: Duration::from_secs(90),
             connect_timeout: target.timeout,
         };
-        let http = Http1Client::new(&target.url, &headers, limits, Vec::new())
+        let token = target.secret.as_deref();
+        let http = contract_client(&target.url, USER_AGENT, token, limits, Vec::new())
             .context("cannot set up the HTTP client")?;
         Ok(Client {
             http,

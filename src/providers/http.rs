@@ -164,21 +164,13 @@ impl HttpProvider {
     ) -> Result<HttpProvider, HttpSetupError> {
         check_endpoint(&endpoint)?;
         let bound = secret.as_ref().map(BoundSecret::new).transpose()?;
-        let authorization = secret.as_ref().map(|secret| bearer(secret.expose()));
-        let mut headers = vec![
-            ("user-agent", USER_AGENT),
-            ("content-type", "application/json"),
-            ("accept", "application/json"),
-        ];
-        if let Some(authorization) = &authorization {
-            headers.push(("authorization", authorization));
-        }
         let limits = ConnectionLimits {
             max_idle: pool.max_idle_per_host,
             idle_timeout: pool.idle_timeout,
             connect_timeout: timeout,
         };
-        let client = Http1Client::new(&endpoint, &headers, limits, extra_roots)
+        let token = secret.as_ref().map(Secret::expose);
+        let client = contract_client(&endpoint, USER_AGENT, token, limits, extra_roots)
             .map_err(HttpSetupError::Connections)?;
         Ok(HttpProvider {
             client,
@@ -313,6 +305,28 @@ pub(crate) async fn read_answer(
         return Err(Failure::CredentialReflected);
     }
     Ok(Read::Body(bytes))
+}
+
+/// A client that speaks the contract to `endpoint`: `POST`s of JSON, with `user_agent`
+/// and, with a `token`, its bearer `Authorization` on every request (the providers' and
+/// `ctxd provider-check`'s).
+pub(crate) fn contract_client(
+    endpoint: &Url,
+    user_agent: &str,
+    token: Option<&str>,
+    limits: ConnectionLimits,
+    extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+) -> Result<Http1Client, Http1SetupError> {
+    let authorization = token.map(bearer);
+    let mut headers = vec![
+        ("user-agent", user_agent),
+        ("content-type", "application/json"),
+        ("accept", "application/json"),
+    ];
+    if let Some(authorization) = &authorization {
+        headers.push(("authorization", authorization));
+    }
+    Http1Client::new(endpoint, &headers, limits, extra_roots)
 }
 
 /// What an exchange produced, before parsing.
