@@ -12,7 +12,7 @@
 use super::rest_presets;
 use crate::config::{key_path, kind_in_words, section};
 use crate::validation::Problems;
-use reqwest::header::{HeaderName, HeaderValue};
+use http::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
 use serde_json_path::JsonPath;
