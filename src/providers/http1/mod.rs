@@ -34,6 +34,7 @@
 
 use crate::outcome::Failure;
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Uri};
 use http_body_util::Full;
@@ -50,7 +51,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use thread_local::ThreadLocal;
@@ -369,8 +370,7 @@ impl Shared {
             .map_err(|_error| Failure::ConnectFailed)?;
         Ok(Connection {
             sender,
-            driver: Box::pin(driver),
-            ended: false,
+            drive: Drive::new(Box::pin(driver)),
             received,
         })
     }
@@ -565,50 +565,114 @@ type Driver = Pin<Box<conn::Connection<TokioIo<Metered>, Full<Bytes>>>>;
 /// polled by the call that uses it.
 struct Connection {
     sender: conn::SendRequest<Full<Bytes>>,
+    drive: Drive,
+    /// Bytes read from the connection so far.
+    received: Arc<AtomicU64>,
+}
+
+/// hyper's connection future and what decides when it is polled.
+struct Drive {
     driver: Driver,
     /// The connection future has finished: the connection is closed.
     ended: bool,
-    /// Bytes read from the connection so far.
-    received: Arc<AtomicU64>,
+    /// Whether the connection future has been woken since it was last polled.
+    wake: Arc<DriverWake>,
+    /// The waker the connection future is polled with: [`DriverWake`]'s.
+    waker: Waker,
+}
+
+/// The connection future's own waker: it notes that the future has something to do
+/// and wakes the task of the call using the connection. A call's task is woken for
+/// many reasons (each of a turn's calls, hyper's channels); the connection future is
+/// polled only when it was itself woken, so a wake-up of a turn does not poll the
+/// HTTP state of every connection in it.
+struct DriverWake {
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl std::task::Wake for DriverWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake();
+    }
 }
 
 /// The connection closed while a call still waited on it.
 struct Closed;
 
-/// Polls `work` to completion while driving the connection (`driver`). The connection
-/// is polled first, so what it reads reaches `work` in the same turn. When the
-/// connection has finished and `work` is still waiting, nothing more can come: that is
-/// [`Closed`].
-async fn driven<F: Future>(
-    driver: &mut Driver,
-    ended: &mut bool,
-    work: F,
-) -> Result<F::Output, Closed> {
-    let mut work = pin!(work);
-    poll_fn(|cx| {
-        if !*ended && driver.as_mut().poll(cx).is_ready() {
-            *ended = true;
+impl Drive {
+    fn new(driver: Driver) -> Drive {
+        let wake = Arc::new(DriverWake {
+            woken: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        });
+        Drive {
+            driver,
+            ended: false,
+            waker: Waker::from(wake.clone()),
+            wake,
         }
-        match work.as_mut().poll(cx) {
-            Poll::Ready(output) => Poll::Ready(Ok(output)),
-            Poll::Pending if *ended => Poll::Ready(Err(Closed)),
-            Poll::Pending => Poll::Pending,
+    }
+
+    /// Polls `work` to completion while driving the connection. `work` is polled
+    /// first; when it waits and the connection future was woken, the connection future
+    /// is polled (what it reads reaches `work` through hyper's channels) and `work`
+    /// once more, so an answer that has arrived completes in the same turn. When the
+    /// connection has finished and `work` is still waiting, nothing more can come: that
+    /// is [`Closed`].
+    async fn run<F: Future>(&mut self, work: F) -> Result<F::Output, Closed> {
+        let mut work = pin!(work);
+        poll_fn(|cx| {
+            if let Poll::Ready(output) = work.as_mut().poll(cx) {
+                return Poll::Ready(Ok(output));
+            }
+            if !self.ended {
+                self.wake.task.register(cx.waker());
+                if self.wake.woken.swap(false, Ordering::AcqRel) {
+                    let mut own = Context::from_waker(&self.waker);
+                    if self.driver.as_mut().poll(&mut own).is_ready() {
+                        self.ended = true;
+                    }
+                    if let Poll::Ready(output) = work.as_mut().poll(cx) {
+                        return Poll::Ready(Ok(output));
+                    }
+                }
+            }
+            if self.ended {
+                Poll::Ready(Err(Closed))
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    /// Polls the connection future once, never waiting, and leaves it to be polled
+    /// again at its next use; it no longer wakes the task that last used it.
+    fn settle(&mut self) {
+        drop(self.wake.task.take());
+        if !self.ended {
+            let mut cx = Context::from_waker(Waker::noop());
+            if self.driver.as_mut().poll(&mut cx).is_ready() {
+                self.ended = true;
+            }
+            // Whatever it waits for now would wake nobody.
+            self.wake.woken.store(true, Ordering::Release);
         }
-    })
-    .await
+    }
 }
 
 impl Connection {
     /// Whether an idle connection can take a request: polls the connection once, never
     /// waiting; a close, an error or bytes nobody asked for end it.
     fn is_open(&mut self) -> bool {
-        if !self.ended {
-            let mut cx = Context::from_waker(Waker::noop());
-            if self.driver.as_mut().poll(&mut cx).is_ready() {
-                self.ended = true;
-            }
-        }
-        !self.ended && !self.sender.is_closed()
+        self.drive.settle();
+        !self.drive.ended && !self.sender.is_closed()
     }
 
     /// Sends the request and waits for the final answer's head.
@@ -619,8 +683,7 @@ impl Connection {
         let before = self.received.load(Ordering::Relaxed);
         let Connection {
             sender,
-            driver,
-            ended,
+            drive,
             received,
         } = self;
         let unanswered = || {
@@ -630,11 +693,11 @@ impl Connection {
                 ExchangeError::Failed(Failure::ConnectionReset)
             }
         };
-        match driven(driver, ended, poll_fn(|cx| sender.poll_ready(cx))).await {
+        match drive.run(poll_fn(|cx| sender.poll_ready(cx))).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) | Err(Closed) => return Err(unanswered()),
         }
-        match driven(driver, ended, sender.send_request(request)).await {
+        match drive.run(sender.send_request(request)).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(error)) => match failure_of(&error) {
                 Failure::ConnectionReset => Err(unanswered()),
@@ -701,14 +764,11 @@ impl Answer<'_> {
         });
         let mut bytes = Vec::with_capacity(capacity);
         loop {
-            let Connection { driver, ended, .. } = &mut connection;
-            let frame = driven(
-                driver,
-                ended,
-                poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)),
-            )
-            .await
-            .map_err(|Closed| BodyError::Failed(Failure::ConnectionReset))?;
+            let frame = connection
+                .drive
+                .run(poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)))
+                .await
+                .map_err(|Closed| BodyError::Failed(Failure::ConnectionReset))?;
             match frame {
                 None => break,
                 Some(Err(error)) => return Err(BodyError::Failed(body_failure(&error))),
