@@ -66,8 +66,6 @@ use url::{Host, Position, Url};
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// The most hyper buffers from a connection at once.
 const MAX_BUFFERED: usize = 2 * MAX_HEAD_BYTES;
-/// The most header fields an answer's head may have.
-const MAX_HEADERS: usize = 100;
 
 /// Why a client cannot be set up for an endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -199,8 +197,7 @@ impl Http1Client {
         let mut settings = conn::Builder::new();
         settings
             .max_header_size(MAX_HEAD_BYTES)
-            .max_buf_size(MAX_BUFFERED)
-            .max_headers(MAX_HEADERS);
+            .max_buf_size(MAX_BUFFERED);
         Ok(Http1Client {
             shared: Arc::new(Shared {
                 origin: Origin {
@@ -652,25 +649,45 @@ impl Drive {
         .await
     }
 
-    /// Polls the connection future once, never waiting, and leaves it to be polled
-    /// again at its next use; it no longer wakes the task that last used it.
+    /// Lets the connection go idle: it no longer wakes the task that last used it, and
+    /// it is polled once (never waiting) with its own waker, so that what it then waits
+    /// for — the server's next bytes or its close — only marks it woken.
     fn settle(&mut self) {
         drop(self.wake.task.take());
+        self.poll_idle();
+    }
+
+    /// Polls an idle connection future if anything happened to it since it was last
+    /// polled: a close, an error, or bytes nobody asked for end it.
+    fn refresh(&mut self) {
+        if self.wake.woken.load(Ordering::Acquire) {
+            self.poll_idle();
+        }
+    }
+
+    fn poll_idle(&mut self) {
         if !self.ended {
-            let mut cx = Context::from_waker(Waker::noop());
+            self.wake.woken.store(false, Ordering::Release);
+            let mut cx = Context::from_waker(&self.waker);
             if self.driver.as_mut().poll(&mut cx).is_ready() {
                 self.ended = true;
             }
-            // Whatever it waits for now would wake nobody.
-            self.wake.woken.store(true, Ordering::Release);
         }
     }
 }
 
 impl Connection {
-    /// Whether an idle connection can take a request: polls the connection once, never
-    /// waiting; a close, an error or bytes nobody asked for end it.
+    /// Whether an idle connection can still take a request: nothing has ended it since
+    /// it was put back (see [`Drive::refresh`]).
     fn is_open(&mut self) -> bool {
+        self.drive.refresh();
+        !self.drive.ended && !self.sender.is_closed()
+    }
+
+    /// Whether a connection whose answer was read whole can be kept: one more turn of
+    /// the connection after the answer lets hyper see a close, or bytes after the body
+    /// that nobody asked for, and end it.
+    fn is_reusable(&mut self) -> bool {
         self.drive.settle();
         !self.drive.ended && !self.sender.is_closed()
     }
@@ -787,9 +804,7 @@ impl Answer<'_> {
         }
         let both_lengths = head.headers.contains_key(CONTENT_LENGTH)
             && head.headers.contains_key(http::header::TRANSFER_ENCODING);
-        // One more turn of the connection after the answer: hyper then sees a close,
-        // or bytes after the body that nobody asked for, and ends it.
-        if !both_lengths && connection.is_open() {
+        if !both_lengths && connection.is_reusable() {
             client.shared.checkin(connection);
         }
         Ok(bytes)
