@@ -219,11 +219,6 @@ impl Scanner {
     /// Every match of every rule, as `(rule index, kind, range)`, unsorted, possibly
     /// overlapping.
     fn find(&self, text: &str) -> Vec<(usize, &'static str, Range<usize>)> {
-        // Most text holds no keyword at all: one leftmost search, much quicker than the
-        // overlapping one, says so; the overlapping search runs only when it found one.
-        if !self.keywords.is_match(text) {
-            return Vec::new();
-        }
         let mut hits: Vec<(usize, usize, usize)> = Vec::new();
         for hit in self.keywords.find_overlapping_iter(text) {
             for &rule in &self.triggers[hit.pattern().as_usize()] {
