@@ -1034,17 +1034,14 @@ async fn served_a_message_of_too_many_values_costs_bounded_memory() {
     );
     let (_deployment, mut ctxd) = served(&[("zeros", lines)], &[]);
     probed(&ctxd).await;
-    let before = status_kib(ctxd.pid(), "VmRSS:");
-    std::fs::write(format!("/proc/{}/clear_refs", ctxd.pid()), "5").unwrap();
+    let memory = PeakSince::now(ctxd.pid());
     let (status, body) = turn(
         &ctxd,
         SERVED_KEY,
         serde_json::json!({"project": "acme", "inputs": {"customerId": "CUST-7001"}}),
     )
     .await;
-    let peak = status_kib(ctxd.pid(), "VmHWM:");
-    let growth_mib = peak.saturating_sub(before) / 1024;
-    eprintln!("ctxd RSS {before} KiB before, peak {peak} KiB: +{growth_mib} MiB");
+    let growth_mib = memory.growth_mib("");
     assert_eq!(status, 200, "{body:#}");
     assert_ne!(provider(&body, "zeros")["status"], "OK", "{body:#}");
     assert!(
@@ -1174,6 +1171,29 @@ async fn served_control_characters_from_a_server_stay_escaped_on_one_log_line() 
 }
 
 /// A line of `/proc/<pid>/status`, in KiB.
+/// A process's resident memory from now on: its RSS now, and its peak reset to it.
+struct PeakSince {
+    pid: u32,
+    before: u64,
+}
+
+impl PeakSince {
+    fn now(pid: u32) -> PeakSince {
+        let before = status_kib(pid, "VmRSS:");
+        std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+        PeakSince { pid, before }
+    }
+
+    /// How far the peak rose above the RSS of [`PeakSince::now`], in MiB (printed with
+    /// `what`).
+    fn growth_mib(&self, what: &str) -> u64 {
+        let (before, peak) = (self.before, status_kib(self.pid, "VmHWM:"));
+        let growth_mib = peak.saturating_sub(before) / 1024;
+        eprintln!("ctxd RSS {before} KiB before, peak {peak} KiB: +{growth_mib} MiB{what}");
+        growth_mib
+    }
+}
+
 fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()
@@ -1196,9 +1216,8 @@ async fn served_a_128_mib_stderr_line_costs_bounded_memory() {
         &[("MCP_TEST_MARKS", &marks_path)],
     );
     probed(&ctxd).await;
-    let before = status_kib(ctxd.pid(), "VmRSS:");
     // From here the peak is what the flood costs.
-    std::fs::write(format!("/proc/{}/clear_refs", ctxd.pid()), "5").unwrap();
+    let memory = PeakSince::now(ctxd.pid());
     let (status, body) = turn(
         &ctxd,
         SERVED_KEY,
@@ -1209,11 +1228,7 @@ async fn served_a_128_mib_stderr_line_costs_bounded_memory() {
         marks.path().join("flooded").exists()
     })
     .await;
-    let peak = status_kib(ctxd.pid(), "VmHWM:");
-    let growth_mib = peak.saturating_sub(before) / 1024;
-    eprintln!(
-        "ctxd RSS {before} KiB before, peak {peak} KiB: +{growth_mib} MiB for a 128 MiB stderr line"
-    );
+    let growth_mib = memory.growth_mib(" for a 128 MiB stderr line");
     assert!(
         growth_mib < 32,
         "a 128 MiB stderr line cost {growth_mib} MiB"

@@ -45,6 +45,20 @@ pub(crate) struct Positive {
     pub(crate) secret: Range<usize>,
 }
 
+impl Positive {
+    /// `secret` of `kind`, at its place in `text`.
+    fn at(kind: &'static str, text: String, secret: &str) -> Positive {
+        let start = text
+            .find(secret)
+            .unwrap_or_else(|| panic!("{kind}: the secret is in its text"));
+        Positive {
+            kind,
+            secret: start..start + secret.len(),
+            text,
+        }
+    }
+}
+
 pub(crate) struct Negative {
     pub(crate) kind: &'static str,
     pub(crate) text: String,
@@ -59,16 +73,7 @@ pub(crate) fn positives() -> Vec<Positive> {
     let mut syntax = 0;
     for (kind, context, make) in CASES {
         let kind: &'static str = kind;
-        let mut push = |text: String, secret: String| {
-            let start = text
-                .find(&secret)
-                .unwrap_or_else(|| panic!("{kind}: the secret is in its text"));
-            out.push(Positive {
-                kind,
-                secret: start..start + secret.len(),
-                text,
-            });
-        };
+        let mut push = |text: String, secret: String| out.push(Positive::at(kind, text, &secret));
         match context {
             Context::Syntaxes(identifier) => {
                 for _ in 0..SAMPLES_PER_SYNTAX_CASE {
@@ -102,14 +107,7 @@ fn formats_positives(rng: &mut Rng) -> Vec<Positive> {
                 }
                 Shape::Framed { text, secret } => (text, secret),
             };
-            let start = text
-                .find(&secret)
-                .unwrap_or_else(|| panic!("{kind}: the secret is in its text"));
-            out.push(Positive {
-                kind,
-                secret: start..start + secret.len(),
-                text,
-            });
+            out.push(Positive::at(kind, text, &secret));
         }
     }
     out

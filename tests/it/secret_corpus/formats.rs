@@ -806,17 +806,7 @@ pub(crate) const FORMATS: &[(&str, MakeFormat)] = &[
         token("DOPPLER_TOKEN", format!("dp.sa.{}", r.alnum(43)))
     }),
     ("onepassword_service_account_token", |r| {
-        let claims = format!(
-            r#"{{"signInAddress":"my.1password.com","userAuth":{{"method":"SRPg-4096","alg":"PBES2g-HS256","iterations":650000,"salt":"{}"}},"email":"{}@1passwordserviceaccounts.com","srpX":"{}","muk":{{"alg":"A256GCM","ext":true,"k":"{}","key_ops":["encrypt","decrypt"],"kty":"oct","kid":"mp"}},"secretKey":"A3-{}","throttleSecret":{{"seed":"{}","deviceUuid":"{}"}},"deviceUuid":"{}"}}"#,
-            r.b64url(22),
-            r.lower_alnum(14),
-            r.hex(64),
-            r.b64url(43),
-            r.upper_alnum(32),
-            r.hex(64),
-            r.lower_alnum(26),
-            r.lower_alnum(26)
-        );
+        let claims = onepassword_claims(r, 14);
         token(
             "OP_SERVICE_ACCOUNT_TOKEN",
             format!("ops_{}", base64url(claims.as_bytes())),
@@ -1441,4 +1431,20 @@ pub(crate) fn in_context(var: &str, secret: &str, which: usize, r: &mut Rng) -> 
         10 => format!("The new one is {secret}. Please rotate the old one."),
         _ => format!("settings = {{'{lower}': '{secret}', 'debug': False}}"),
     }
+}
+
+/// The claims of a 1Password service account token, its e-mail's local part
+/// `email_chars` long.
+pub(super) fn onepassword_claims(r: &mut Rng, email_chars: usize) -> String {
+    format!(
+        r#"{{"signInAddress":"my.1password.com","userAuth":{{"method":"SRPg-4096","alg":"PBES2g-HS256","iterations":650000,"salt":"{}"}},"email":"{}@1passwordserviceaccounts.com","srpX":"{}","muk":{{"alg":"A256GCM","ext":true,"k":"{}","key_ops":["encrypt","decrypt"],"kty":"oct","kid":"mp"}},"secretKey":"A3-{}","throttleSecret":{{"seed":"{}","deviceUuid":"{}"}},"deviceUuid":"{}"}}"#,
+        r.b64url(22),
+        r.lower_alnum(email_chars),
+        r.hex(64),
+        r.b64url(43),
+        r.upper_alnum(32),
+        r.hex(64),
+        r.lower_alnum(26),
+        r.lower_alnum(26)
+    )
 }

@@ -16,7 +16,7 @@
 //! documented example or a dictionary word, which ctxd's placeholder and entropy checks
 //! drop by design (the all-`Q` age key, the `…EXAMPLE…` Bedrock key, `rootpasswd`).
 
-use super::formats::jwt;
+use super::formats::{jwt, onepassword_claims};
 use super::rng::{BASE32, DIGITS, LOWER, Rng, UPPER, base64, base64url};
 
 /// Where a case puts its secret.
@@ -163,17 +163,7 @@ fn base64_jwt(r: &mut Rng) -> String {
 }
 
 fn onepassword_service_token(r: &mut Rng) -> String {
-    let claims = format!(
-        r#"{{"signInAddress":"my.1password.com","userAuth":{{"method":"SRPg-4096","alg":"PBES2g-HS256","iterations":650000,"salt":"{}"}},"email":"{}@1passwordserviceaccounts.com","srpX":"{}","muk":{{"alg":"A256GCM","ext":true,"k":"{}","key_ops":["encrypt","decrypt"],"kty":"oct","kid":"mp"}},"secretKey":"A3-{}","throttleSecret":{{"seed":"{}","deviceUuid":"{}"}},"deviceUuid":"{}"}}"#,
-        r.b64url(22),
-        r.lower_alnum(13),
-        r.hex(64),
-        r.b64url(43),
-        r.upper_alnum(32),
-        r.hex(64),
-        r.lower_alnum(26),
-        r.lower_alnum(26)
-    );
+    let claims = onepassword_claims(r, 13);
     format!("ops_{}", base64(claims.as_bytes(), false))
 }
 
