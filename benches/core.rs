@@ -5,15 +5,15 @@
 //! insert into a SQLite store.
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use ctxd::bounds::check_items_refusing;
 use ctxd::config::Retention;
 use ctxd::contract::{Currentness, Item, Source, VersionSource};
+use ctxd::digest::DigestKey;
 use ctxd::gate::{self, GateRequest, Invocation};
 use ctxd::kernel::{self, NoHandles, Rendering};
 use ctxd::outcome::{Call, CallFacts, Outcome};
 use ctxd::project::Project;
-use ctxd::providers::bounds::check_items_refusing;
-use ctxd::providers::secrets;
-use ctxd::trace::DigestKey;
+use ctxd::secrets;
 use ctxd::trace::record::TurnTrace;
 use ctxd::trace::store::{RowEncoder, TraceStore};
 use ctxd::turn::{self, Answered, Ask, Immediate, ProviderTraceSettings, TurnFacts};

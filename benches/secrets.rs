@@ -5,7 +5,7 @@
 //! `key: value`), for an item with no keyword and for one whose prose holds several.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use ctxd::providers::secrets;
+use ctxd::secrets;
 use serde_json::{Map, Value, json};
 use std::hint::black_box;
 use std::time::Duration;

@@ -28,8 +28,8 @@
 use ctxd::contract::{
     Currentness, Item, LayerReason, LayerStatus, ProviderStatus, Source, VersionSource,
 };
+use ctxd::digest::DigestKey;
 use ctxd::digest::canonical_digest;
-use ctxd::trace::DigestKey;
 use ctxd::trace::record::{
     InputDigest, ItemRecord, LayerDecisionRecord, PROVIDER_RECORD_KIND, ProviderRecord,
     RetainedItem, RetentionRecord, SelectionRecord, TURN_RECORD_KIND, TurnRecord, TurnTrace,

@@ -45,11 +45,13 @@ mod alloc_meter;
 #[global_allocator]
 static TEST_ALLOCATOR: alloc_meter::CountingAllocator = alloc_meter::CountingAllocator;
 pub(crate) mod api;
+pub mod bounds;
 pub mod cli;
 pub mod config;
 pub mod contract;
 pub(crate) mod deployment;
 pub mod digest;
+pub(crate) mod env;
 pub(crate) mod fixtures;
 #[cfg(test)]
 mod fuzz;
@@ -62,6 +64,7 @@ pub mod project;
 pub mod providers;
 pub(crate) mod reload;
 pub(crate) mod resilience;
+pub mod secrets;
 pub(crate) mod telemetry;
 pub mod trace;
 pub mod turn;

@@ -3,6 +3,7 @@
 //! or a typed [`Failure`] — never items beside a failure. A [`Call`] carries
 //! one invocation of a turn's plan with its outcome and the facts provenance needs.
 
+use crate::bounds::BoundsViolation;
 use crate::contract::{Currentness, Item, ProviderStatus, RedactionCounts, Source, VersionSource};
 use crate::digest::item_fingerprint;
 use crate::gate::Invocation;
@@ -234,6 +235,24 @@ impl Failure {
                 | ProviderStatus::SecretDetected
                 | ProviderStatus::Incompatible
         )
+    }
+}
+
+impl From<&BoundsViolation> for Failure {
+    /// The failure a violation gives the invocation: which limit, or the secret
+    /// detector's name (never the secret).
+    fn from(violation: &BoundsViolation) -> Failure {
+        match violation {
+            BoundsViolation::TooManyItems { .. } => Failure::TooManyItems,
+            BoundsViolation::ItemTooLarge { .. } | BoundsViolation::ItemOverLimit { .. } => {
+                Failure::ItemTooLarge
+            }
+            BoundsViolation::AnswerTooLarge { .. } | BoundsViolation::TooManyValues { .. } => {
+                Failure::ResponseTooLarge
+            }
+            BoundsViolation::InvalidItem { .. } => Failure::Malformed,
+            BoundsViolation::SecretDetected { detector, .. } => Failure::SecretPattern(detector),
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! Paths are whatever the document speaks: dotted TOML paths in configs and bindings
 //! (`providers.orders.timeout_ms`), JSON paths in Projects (`$.providers[0].id`).
 
-use crate::providers::secrets;
+use crate::secrets;
 use regex::Regex;
 use std::fmt;
 use std::sync::LazyLock;

@@ -27,9 +27,9 @@ from collections import Counter
 # matches the innermost matching frame names the stage.
 STAGES = [
     ("metrics", r"ctxd::telemetry|metrics_exporter_prometheus|metrics::(recorder|handles|counter|histogram|gauge)|metrics_util"),
-    ("bounds and secret scanning", r"ctxd::providers::(secrets|bounds|redact)|aho_corasick|regex_automata|regex::"),
+    ("bounds and secret scanning", r"ctxd::(secrets|bounds)|aho_corasick|regex_automata|regex::"),
     ("parsing provider answers", r"ctxd::providers::http::.*(parse|read_body|read_bounded)|ctxd::providers::.*parse_lookup|ctxd::contract::wire"),
-    ("trace capture", r"ctxd::turn::capture|ctxd::trace::(record|digest|store::codec|store::seal)|ctxd::trace::writer::.*(enqueue|send|queue|reserve|room)|zstd|ZSTD_|chacha|poly1305|crossbeam_channel"),
+    ("trace capture", r"ctxd::turn::capture|ctxd::trace::(record|store::codec|store::seal)|ctxd::digest::keyed|ctxd::trace::writer::.*(enqueue|send|queue|reserve|room)|zstd|ZSTD_|chacha|poly1305|crossbeam_channel"),
     ("kernel and rendering", r"ctxd::kernel|ctxd::turn::.*assemble|ctxd::handles"),
     ("response serialisation", r"ctxd::turn::respond|ctxd::api::.*(respond|json_response|envelope|turn_answer)|serialize_turn|TurnResponse.*[sS]erialize|ctxd::contract::turn::.*Serialize for"),
     ("gating", r"ctxd::gate|ctxd::turn::plan"),

@@ -20,6 +20,7 @@
 
 use super::provider::Refusal;
 use super::topology::{Mode, ProjectRuntime, ProviderHandle, Registry, TenantRuntime};
+use crate::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
 use crate::config::{DEFAULT_RETENTION_TTL, Retention};
 use crate::contract::HandleRef;
 use crate::contract::{Item, Source, TurnRequest, TurnResponse, VersionSource};
@@ -31,7 +32,6 @@ use crate::kernel::{self, HandleSink, Rendering};
 use crate::outcome::{CallFacts, Failure, Outcome};
 use crate::project::{CurrentnessRule, LayerKind, MAX_BUDGET_BYTES, MIN_BUDGET_BYTES};
 use crate::providers::LookupCall;
-use crate::providers::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
 use crate::providers::untrusted::{Masks, UntrustedText};
 use crate::resilience::breaker::{CallResult, classify};
 use crate::resilience::cache::{KeptAnswer, ProviderCache};

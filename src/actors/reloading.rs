@@ -10,24 +10,23 @@
 
 use super::provider::Shutdown;
 use super::topology::{
-    Mode, ProjectRuntime, ProviderHandle, ServedSet, TenantRuntime, Topology, fatal_problems,
-    provider_cache, start_provider, warn_unbound,
+    Mode, ProjectRuntime, ProviderHandle, Running, ServedSet, TenantRuntime, Topology,
+    fatal_problems, provider_cache, start_provider, warn_unbound,
 };
 use crate::config::{EnvVars, ServerConfig};
 use crate::deployment::{Deployment, ResolvedProject};
+use crate::digest::DigestKey;
 use crate::reload::{
     DeploymentShape, ProviderKey, ReloadSummary, binding_name, debug_digest, plan_reload,
     restart_settings,
 };
-use crate::resilience::cache::{CacheScope, CacheStore};
-use crate::telemetry::metrics::CacheMetrics;
-use crate::trace::DigestKey;
+use crate::resilience::cache::CacheScope;
 use actix::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
@@ -42,26 +41,6 @@ const RELOAD_QUEUE: usize = 8;
 /// A reload's result: what changed, or every problem (the running set keeps serving).
 pub(crate) type ReloadOutcome = Result<ReloadSummary, Vec<String>>;
 
-/// What start-up and every reload leave for the next reload to compare and reuse.
-pub(crate) struct Running {
-    pub(super) mode: Mode,
-    /// The running deployment as a reload compares it.
-    pub(super) shape: DeploymentShape,
-    /// Every running provider by place.
-    pub(super) handles: BTreeMap<ProviderKey, ProviderHandle>,
-    /// Each tenant's response cache store, created with its first cached provider; kept
-    /// while the tenant is, so a kept provider keeps its answers and a new one shares
-    /// the tenant's bound.
-    caches: HashMap<String, Option<(CacheStore, Arc<CacheMetrics>)>>,
-    /// Each tenant's in-flight counter, carried into the next set.
-    in_flight: HashMap<String, Arc<AtomicUsize>>,
-    /// Providers a reload replaced or removed, stopped once their turns are done; the
-    /// ordered shutdown stops any still waiting.
-    pub(super) retiring: Vec<Addr<super::ProviderActor>>,
-    /// Round robin over the provider arbiters.
-    next_arbiter: usize,
-}
-
 /// A set built from a deployment, not yet serving.
 pub(super) struct Built {
     pub(super) set: ServedSet,
@@ -71,18 +50,6 @@ pub(super) struct Built {
 }
 
 impl Running {
-    pub(super) fn new(mode: Mode) -> Running {
-        Running {
-            mode,
-            shape: DeploymentShape::default(),
-            handles: BTreeMap::new(),
-            caches: HashMap::new(),
-            in_flight: HashMap::new(),
-            retiring: Vec::new(),
-            next_arbiter: 0,
-        }
-    }
-
     /// The deployment as [`plan_reload`] compares it. Providers count in live mode only:
     /// fixtures mode starts none.
     pub(super) fn shape_of(

@@ -7,16 +7,16 @@
 //! behind one pointer that a reload (`actors::reloading`) swaps.
 
 use super::provider::{Observe, ProviderActor, ProviderGate, ProviderSnapshot, Shutdown};
-use super::reloading::Running;
 use crate::config::Retention;
 use crate::config::{EnvVars, ProviderBinding, ServerConfig};
 use crate::deployment::{Deployment, DeploymentProblem, ProblemKind, Severity};
+use crate::digest::DigestKey;
 use crate::project::Project;
-use crate::providers::redact::SecretHandling;
 use crate::providers::untrusted::UntrustedText;
+use crate::reload::{DeploymentShape, ProviderKey};
 use crate::resilience::cache::{CacheScope, CacheStore, ProviderCache};
+use crate::secrets::redact::SecretHandling;
 use crate::telemetry::metrics::CacheMetrics;
-use crate::trace::DigestKey;
 use crate::trace::store::{ReaderPool, ReaderPoolSettings};
 use crate::trace::upkeep::StoreBounds;
 use crate::trace::writer::{self, TraceSender, TraceWriterHandle, WriterSettings};
@@ -116,6 +116,40 @@ pub(crate) struct ProviderHandle {
     pub(crate) secrets: SecretHandling,
     /// The binding's response cache (`cache.ttl`), in its tenant's store.
     pub(crate) cache: Option<ProviderCache>,
+}
+
+/// What start-up and every reload leave for the next reload to compare and reuse.
+pub(crate) struct Running {
+    pub(super) mode: Mode,
+    /// The running deployment as a reload compares it.
+    pub(super) shape: DeploymentShape,
+    /// Every running provider by place.
+    pub(super) handles: BTreeMap<ProviderKey, ProviderHandle>,
+    /// Each tenant's response cache store, created with its first cached provider; kept
+    /// while the tenant is, so a kept provider keeps its answers and a new one shares
+    /// the tenant's bound.
+    pub(super) caches: HashMap<String, Option<(CacheStore, Arc<CacheMetrics>)>>,
+    /// Each tenant's in-flight counter, carried into the next set.
+    pub(super) in_flight: HashMap<String, Arc<AtomicUsize>>,
+    /// Providers a reload replaced or removed, stopped once their turns are done; the
+    /// ordered shutdown stops any still waiting.
+    pub(super) retiring: Vec<Addr<super::ProviderActor>>,
+    /// Round robin over the provider arbiters.
+    pub(super) next_arbiter: usize,
+}
+
+impl Running {
+    pub(super) fn new(mode: Mode) -> Running {
+        Running {
+            mode,
+            shape: DeploymentShape::default(),
+            handles: BTreeMap::new(),
+            caches: HashMap::new(),
+            in_flight: HashMap::new(),
+            retiring: Vec::new(),
+            next_arbiter: 0,
+        }
+    }
 }
 
 /// The running runtime: the registry and what must be stopped.

@@ -21,8 +21,8 @@
 //! tenant's is only counted in the metric: there is no per-handle sequence to give it,
 //! and recording caller-chosen ids would let anyone fill the store.
 
+use super::answers::{HandleCapabilities, HandleDeleted, HandleOpAnswer, HandleTracePage};
 use super::body::read_json_body;
-use super::openapi::{HandleCapabilities, HandleDeleted, HandleOpAnswer, HandleTracePage};
 use super::{ApiError, ApiState, Tenant};
 use crate::actors::Registry;
 use crate::contract::{ErrorBody, HandleRef};

@@ -515,7 +515,7 @@ pub(crate) async fn serve_stdio(
             let _ = running.waiting().await;
         }
         Err(error) => {
-            tracing::warn!(error = %crate::providers::redact::redacted(&error.to_string()), "mcp client did not initialize")
+            tracing::warn!(error = %crate::secrets::redact::redacted(&error.to_string()), "mcp client did not initialize")
         }
     }
     topology.shutdown().await?;

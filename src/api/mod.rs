@@ -15,9 +15,12 @@
 //!   status codes.
 //! - `ui` — the trace explorer page (`GET /ui/`), embedded in the binary.
 //! - `admin` — `POST /admin/reload`, for the admin key.
-//! - `openapi` — the OpenAPI document (`GET /openapi.json`) and each path's methods.
+//! - `openapi` — the OpenAPI document (`GET /openapi.json`), each path's methods and the
+//!   answer to a request no route takes (`404`, or `405` on a path of the API);
+//!   `answers` — the answer bodies it describes as types.
 
 mod admin;
+mod answers;
 mod body;
 mod connection;
 mod drain;
@@ -186,7 +189,7 @@ pub(crate) fn server(
                 .configure(ui::configure)
                 .configure(admin::configure)
                 .configure(openapi::configure)
-                .default_service(web::to(routes::not_found));
+                .default_service(web::to(openapi::not_found));
             let stopping = stopping.clone();
             let http = actix_http::HttpService::build()
                 .graceful_shutdown_signal(move || {

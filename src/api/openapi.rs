@@ -9,20 +9,22 @@
 //! (`limits.max_input_keys`, `limits.max_turn_ms`, the handle operation caps) carry their
 //! defaults, as `config/ctxd.toml` serves them.
 
-use crate::contract::{ErrorBody, HandleRef, TurnRequest, TurnResponse};
-use crate::handles::Capabilities;
-use crate::handles::output::OpOutput;
-use crate::handles::request::{self, Limits};
+use super::ApiError;
+use super::answers::{
+    HandleCapabilities, HandleDeleted, HandleOpAnswer, HandleTracePage, Health, Readiness,
+};
+use crate::contract::{ErrorBody, TurnRequest, TurnResponse};
+use crate::handles::request;
 use crate::trace::query::SearchPage;
-use crate::trace::record::{HandleOpRecord, StoredTurn};
+use crate::trace::record::StoredTurn;
 use crate::turn::replay::ReplayResult;
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::{Value, json};
 use std::sync::OnceLock;
 use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Components, OpenApi as Document, ResponseBuilder, content::ContentBuilder};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi};
 
 /// The security scheme's name: the tenant API key as `Authorization: Bearer <key>`.
 pub(crate) const TENANT_KEY: &str = "tenantKey";
@@ -153,141 +155,6 @@ fn error_response(description: &str) -> utoipa::openapi::Response {
                 .build(),
         )
         .build()
-}
-
-/// A successful handle operation (`POST /v1/handles/{id}/ops`).
-#[derive(ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
-pub(crate) struct HandleOpAnswer {
-    handle: HandleRef,
-    /// The operation run.
-    #[schema(value_type = String)]
-    operation: &'static str,
-    /// Per-handle, monotonic from 1; shared by operations and the delete.
-    sequence: u64,
-    /// The limits it ran under, defaults applied.
-    limits: Limits,
-    #[serde(flatten)]
-    output: OpOutput,
-    bytes_inspected: u64,
-    items_inspected: u64,
-    elapsed_ms: u64,
-}
-
-/// `DELETE /v1/handles/{id}`: the tombstone is in place.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(crate) struct HandleDeleted {
-    handle: HandleRef,
-    deleted: bool,
-    sequence: u64,
-}
-
-/// `GET /v1/handles/{id}/trace`: the handle's operation records in sequence order.
-#[derive(ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
-pub(crate) struct HandleTracePage {
-    handle: String,
-    operations: Vec<HandleOpRecord>,
-    /// Pass as `after` for the next page; `null` when no more follow.
-    next_after: Option<u64>,
-}
-
-/// `GET /v1/handles/capabilities`: what the store reaches (nothing) and allows.
-#[derive(ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
-pub(crate) struct HandleCapabilities {
-    #[serde(flatten)]
-    capabilities: Capabilities,
-    /// How long an untouched handle lives.
-    ttl_seconds: u64,
-    limits: HandleLimits,
-}
-
-/// The operation limits: defaults and caps.
-#[derive(ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
-pub(crate) struct HandleLimits {
-    default_max_results: u64,
-    max_results_cap: u64,
-    default_max_bytes: u64,
-    max_bytes_cap: u64,
-    default_time_limit_ms: u64,
-    time_limit_cap_ms: u64,
-}
-
-/// `GET /healthz`.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(crate) struct Health {
-    #[schema(pattern = "^ok$")]
-    status: String,
-}
-
-/// `GET /readyz`: the replica's state; with a tenant's key, that tenant's providers and
-/// the replica's turns.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(crate) struct Readiness {
-    status: ReadinessStatus,
-    /// Why the store has no room (`trace_store_full`, `trace_disk_full`).
-    reason: Option<String>,
-    /// With a tenant's key: that tenant's providers, and no one else's.
-    providers: Option<Vec<ProviderReadiness>>,
-    /// With a tenant's key: the turns the replica's coordinators run and have finished.
-    turns: Option<TurnCounts>,
-    /// While shutting down: the error envelope's detail (`RUNTIME_UNAVAILABLE`).
-    error: Option<crate::contract::ErrorDetail>,
-}
-
-#[derive(ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(dead_code)]
-pub(crate) enum ReadinessStatus {
-    Starting,
-    Ready,
-    Degraded,
-    TraceStoreFull,
-    TraceDiskFull,
-    ShuttingDown,
-}
-
-#[derive(ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
-pub(crate) struct ProviderReadiness {
-    tenant: String,
-    provider: String,
-    /// The provider type (`http`, `sqlite`, `rest`, `postgres`, `mcp`, `fixture`).
-    #[serde(rename = "type")]
-    type_name: String,
-    /// `null` until the first probe finished.
-    ready: Option<bool>,
-    /// What the last probe found wrong.
-    problem: Option<String>,
-    circuit: CircuitState,
-    in_flight: u64,
-}
-
-#[derive(ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(dead_code)]
-pub(crate) enum CircuitState {
-    Closed,
-    Open,
-    HalfOpen,
-}
-
-#[derive(ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
-pub(crate) struct TurnCounts {
-    in_flight: u64,
-    finished: u64,
 }
 
 /// A JSON-RPC 2.0 request or notification of the MCP streamable HTTP transport, as
@@ -485,6 +352,17 @@ async fn openapi_json() -> HttpResponse {
         .body(document())
 }
 
+/// No route took the request: a path of the API asked with a method it does not take is
+/// `405` (the envelope adds its `Allow`), any other path `404`.
+pub(crate) async fn not_found(request: HttpRequest) -> Result<HttpResponse, ApiError> {
+    if allowed_methods(request.path()).is_some() {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    Err(ApiError::NotFound {
+        message: "no such route".to_owned(),
+    })
+}
+
 pub(crate) fn configure(config: &mut web::ServiceConfig) {
     config.route("/openapi.json", web::get().to(openapi_json));
 }
@@ -519,14 +397,8 @@ mod tests {
         assert_eq!(budget["minimum"], crate::project::MIN_BUDGET_BYTES);
         assert_eq!(budget["maximum"], crate::project::MAX_BUDGET_BYTES);
         let deadline = &schemas["TurnRequest"]["properties"]["deadlineMs"];
-        assert_eq!(
-            deadline["minimum"],
-            crate::providers::bounds::MIN_TIMEOUT_MS
-        );
-        assert_eq!(
-            deadline["maximum"],
-            crate::providers::bounds::MAX_TIMEOUT_MS
-        );
+        assert_eq!(deadline["minimum"], crate::bounds::MIN_TIMEOUT_MS);
+        assert_eq!(deadline["maximum"], crate::bounds::MAX_TIMEOUT_MS);
         assert_eq!(
             schemas["TurnRequest"]["properties"]["inputs"]["maxProperties"],
             crate::contract::turn::DEFAULT_MAX_INPUT_KEYS

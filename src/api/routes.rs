@@ -1,8 +1,8 @@
 //! Route handlers: turns (parsing, the per-tenant in-flight limit, the hand-off to the
 //! worker's `Coordinator`), health, readiness and metrics.
 
+use super::answers::{Health, Readiness};
 use super::body::{parse_body, read_json_body};
-use super::openapi::{Health, Readiness};
 use super::tenant::optional_tenant;
 use super::{ApiError, ApiState, Tenant};
 use crate::actors::{Coordinator, RunTurn, TenantRuntime, Topology};
@@ -27,17 +27,6 @@ pub(crate) fn configure(config: &mut web::ServiceConfig) {
         .route("/healthz", web::get().to(healthz))
         .route("/readyz", web::get().to(readyz))
         .route("/metrics", web::get().to(metrics));
-}
-
-/// No route took the request: a path of the API asked with a method it does not take is
-/// `405` (the envelope adds its `Allow`), any other path `404`.
-pub(crate) async fn not_found(request: HttpRequest) -> Result<HttpResponse, ApiError> {
-    if super::openapi::allowed_methods(request.path()).is_some() {
-        return Err(ApiError::MethodNotAllowed);
-    }
-    Err(ApiError::NotFound {
-        message: "no such route".to_owned(),
-    })
 }
 
 async fn method_not_allowed() -> Result<HttpResponse, ApiError> {

@@ -24,12 +24,12 @@
 use crate::config::{ApiKey, EnvVars, ProviderBinding, ProviderKind, ServerConfig, TenantConfig};
 use crate::deployment::SetupError;
 use crate::deployment::{Deployment, DeploymentProblem, ProblemKind, Severity, TenantDeployment};
+use crate::digest::keyed::MIN_KEY_BYTES;
 use crate::outcome::Failure;
 use crate::providers::Implementation;
 use crate::providers::http::{DescribeError, HttpProvider};
 use crate::providers::sqlite::SqliteProvider;
 use crate::providers::untrusted::{Masks, UntrustedText};
-use crate::trace::digest::MIN_KEY_BYTES;
 use clap::Args;
 use futures_util::future::join_all;
 use sha2::{Digest, Sha256};

@@ -11,6 +11,7 @@ mod provider_check;
 mod prune;
 mod replay;
 mod serve;
+mod store;
 mod test;
 mod traces;
 pub(crate) mod validate;

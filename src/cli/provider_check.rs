@@ -16,14 +16,14 @@
 //! `no-credential-reflection` look at all of them. The bound secret is never printed:
 //! where it was found is reported by exchange and header name.
 
+use crate::bounds::{self, MAX_ITEMS, MAX_RESPONSE_BYTES};
 use crate::config::EnvVars;
 use crate::contract::{CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, LookupResponse};
 use crate::outcome::Failure;
-use crate::providers::bounds::{self, MAX_ITEMS, MAX_RESPONSE_BYTES};
 use crate::providers::endpoint::{self, Violation};
 use crate::providers::http::contract_client;
 use crate::providers::http1::{BodyError, ConnectionLimits, Http1Client};
-use crate::providers::secrets;
+use crate::secrets;
 use crate::validation::{ID_RULE, is_valid_id};
 use anyhow::{Context as _, bail};
 use clap::Args;

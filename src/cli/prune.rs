@@ -3,7 +3,7 @@
 //! oldest first, in the same small transactions the trace writer uses for `[trace] keep`
 //! — so it can run beside a serving ctxd. `--dry-run` counts instead of deleting.
 
-use super::traces::{StoreArgs, locate};
+use super::store::{StoreArgs, locate};
 use crate::trace::store::Pruned;
 use crate::trace::store::prune::{
     count_past, open_for_pruning, prune_batch, release_free_pages, tenants,

@@ -4,8 +4,9 @@
 //! is not, 2 on errors.
 
 use super::output::{printable, yes_no};
+use super::store::{DEFAULT_CONFIG, DEFAULT_DIGEST_KEY_ENV, digest_key};
 use crate::config::{DigestKeySource, EnvVars, ServerConfig};
-use crate::trace::DigestKey;
+use crate::digest::DigestKey;
 use crate::trace::store::TraceReader;
 use crate::turn::replay::{ReplayResult, replay_from_store};
 use anyhow::{Context, anyhow, bail};
@@ -13,11 +14,6 @@ use clap::Args;
 use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// The config read when neither `--config` nor `--store` is given, as for `serve`.
-const DEFAULT_CONFIG: &str = "config/ctxd.toml";
-/// The digest key's env var when only `--store` is given.
-const DEFAULT_DIGEST_KEY_ENV: &str = "CTXD_DIGEST_KEY";
 
 #[derive(Debug, Args)]
 pub(crate) struct ReplayArgs {
@@ -48,7 +44,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     let inputs = super::parse_inputs(&args.inputs)?;
     let env = EnvVars::from_process();
     let postgres =
-        super::traces::postgres_of_config(args.store.is_some(), args.config.as_deref(), &env)?;
+        super::store::postgres_of_config(args.store.is_some(), args.config.as_deref(), &env)?;
     let (reader, key) = match postgres {
         Some((target, key_source)) => {
             let key = digest_key(&key_source, &env)?;
@@ -108,21 +104,6 @@ fn locate(args: &ReplayArgs, env: &EnvVars) -> anyhow::Result<(PathBuf, DigestKe
     }
     let key = digest_key(&key_source, env)?;
     Ok((store, key))
-}
-
-/// The key as `serve` resolves it, except that a reader never creates one: a new key
-/// could verify nothing (a replay) and open no cursor (`traces search`), and the store
-/// is only read.
-pub(super) fn digest_key(source: &DigestKeySource, env: &EnvVars) -> anyhow::Result<DigestKey> {
-    let key_file = source.key_file();
-    if env.get(&source.env_name).is_none() && source.generate && !key_file.is_file() {
-        bail!(
-            "no digest key: {} is not set and there is no generated key at {}; the store's key is needed",
-            source.env_name,
-            super::shown_path(&key_file)
-        );
-    }
-    Ok(source.resolve(env)?)
 }
 
 fn human(result: &ReplayResult) -> String {
@@ -193,7 +174,7 @@ mod tests {
     use super::*;
     use crate::cli::{Cli, Command};
     use crate::contract::{LayerReason, LayerStatus, ProviderStatus};
-    use crate::trace::digest::GENERATED_KEY_FILE;
+    use crate::digest::keyed::GENERATED_KEY_FILE;
     use crate::turn::replay::{ProviderReplay, ReplayedLayer, ReplayedProvider};
     use clap::Parser;
     use std::path::Path;

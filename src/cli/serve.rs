@@ -56,7 +56,10 @@ pub(crate) fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let grace = config.server.shutdown_grace;
 
     let metrics = if config.metrics.enabled {
-        Some(crate::telemetry::metrics::install(&config.metrics)?)
+        Some(crate::telemetry::metrics::install(
+            config.metrics.tenant_label,
+            &config.metrics.duration_buckets_ms,
+        )?)
     } else {
         None
     };

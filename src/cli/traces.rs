@@ -10,7 +10,8 @@
 //! (`output::printable`): a caller's objective cannot forge lines or clear the screen.
 
 use super::output::{printable, serde_name, table, terminal_width, wrap, yes_no};
-use crate::config::{DigestKeySource, EnvVars, ServerConfig, TraceStore as StoreLocation};
+use super::store::{StoreArgs, digest_key, locate, postgres_location};
+use crate::config::EnvVars;
 use crate::contract::{LayerStatus, ProviderStatus};
 use crate::trace::query::{DEFAULT_LIMIT, MAX_LIMIT, SearchPage, SearchQuery, parse_time};
 use crate::trace::record::{ProviderRecord, StoredTurn, TurnRecord};
@@ -18,14 +19,9 @@ use crate::trace::store::{StoreError, TraceReader};
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// The config read when neither `--config` nor `--store` is given, as for `serve`.
-const DEFAULT_CONFIG: &str = "config/ctxd.toml";
-/// The digest key's env var when only `--store` is given.
-const DEFAULT_DIGEST_KEY_ENV: &str = "CTXD_DIGEST_KEY";
 /// Width of the labels of `show` (the longest is `lookup key`).
 const LABEL_WIDTH: usize = 10;
 
@@ -45,17 +41,6 @@ pub(crate) enum TracesCommand {
     /// Delete turn records (with their provider records) and handle operations that
     /// started before a time, oldest first, in small transactions beside a running server
     Prune(super::prune::PruneArgs),
-}
-
-/// Where the trace store is.
-#[derive(Debug, Clone, Args)]
-pub(crate) struct StoreArgs {
-    /// Server config whose `[trace] store` names the store [default: config/ctxd.toml]
-    #[arg(long, value_name = "FILE")]
-    pub(crate) config: Option<PathBuf>,
-    /// The trace store file (`sqlite:` prefix optional); overrides --config
-    #[arg(long, value_name = "PATH")]
-    pub(crate) store: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -221,7 +206,7 @@ fn open(
         Some((_, key_source)) => key_source.clone(),
         None => locate(location)?.1,
     };
-    let key = match with_key.then(|| super::replay::digest_key(&key_source, env)) {
+    let key = match with_key.then(|| digest_key(&key_source, env)) {
         Some(Ok(key)) => Ok(Some(key)),
         Some(Err(why)) => Err(format!("{why:#}")),
         None => Ok(None),
@@ -233,83 +218,6 @@ fn open(
     }
     .context("cannot read traces")?;
     Ok((reader, key.err()))
-}
-
-/// The PostgreSQL store the config's `[trace] store_env` names, with where its digest
-/// key comes from; `None` for `--store` and for a SQLite store.
-pub(super) fn postgres_location(
-    location: &StoreArgs,
-    env: &EnvVars,
-) -> anyhow::Result<Option<(crate::trace::store::PgTarget, DigestKeySource)>> {
-    postgres_of_config(location.store.is_some(), location.config.as_deref(), env)
-}
-
-/// [`postgres_location`] for any command with `--store` and `--config`.
-pub(super) fn postgres_of_config(
-    has_store: bool,
-    config: Option<&Path>,
-    env: &EnvVars,
-) -> anyhow::Result<Option<(crate::trace::store::PgTarget, DigestKeySource)>> {
-    if has_store {
-        return Ok(None);
-    }
-    let config = config.unwrap_or(Path::new(DEFAULT_CONFIG));
-    let server = ServerConfig::load(config).map_err(|e| anyhow!("{e}"))?;
-    if !matches!(server.trace.store, StoreLocation::Postgres { .. }) {
-        return Ok(None);
-    }
-    match server.trace.store_target(env).map_err(|e| anyhow!("{e}"))? {
-        crate::trace::store::StoreTarget::Postgres(target) => {
-            Ok(Some((target, server.trace.digest_key_source())))
-        }
-        crate::trace::store::StoreTarget::Sqlite(_) => Ok(None),
-    }
-}
-
-/// The store `--store` or the config's `[trace] store` names, which must exist (a
-/// command of `traces` never creates one), and where its digest key comes from.
-pub(super) fn locate(location: &StoreArgs) -> anyhow::Result<(PathBuf, DigestKeySource)> {
-    let (path, key_source) = match &location.store {
-        Some(store) => {
-            let path = super::store_file(store);
-            let key_source = DigestKeySource::beside(&path, DEFAULT_DIGEST_KEY_ENV, true);
-            (path, key_source)
-        }
-        None => {
-            let config = location
-                .config
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
-            let server = ServerConfig::load(&config).map_err(|e| anyhow!("{e}"))?;
-            let path = match &server.trace.store {
-                StoreLocation::Sqlite(path) => path.clone(),
-                StoreLocation::Postgres { env } => bail!(
-                    "the trace store of {} is PostgreSQL (store_env = {env:?}): `ctxd traces prune` works on a SQLite file; the replicas' writers prune a PostgreSQL store by [trace] keep",
-                    config.display()
-                ),
-            };
-            (path, server.trace.digest_key_source())
-        }
-    };
-    // A reader never creates a store; say which file is missing, and how it was chosen.
-    if !path.is_file() {
-        let source = match &location.store {
-            Some(_) => "--store".to_owned(),
-            None => format!(
-                "[trace] store of {}",
-                location
-                    .config
-                    .as_deref()
-                    .unwrap_or(Path::new(DEFAULT_CONFIG))
-                    .display()
-            ),
-        };
-        bail!(
-            "the trace store {} ({source}) does not exist",
-            super::shown_path(&path)
-        );
-    }
-    Ok((path, key_source))
 }
 
 fn parse_provider_status(text: &str) -> Result<ProviderStatus, String> {
@@ -708,7 +616,7 @@ mod tests {
             std::fs::write(
                 dir.path()
                     .join("data")
-                    .join(crate::trace::digest::GENERATED_KEY_FILE),
+                    .join(crate::digest::keyed::GENERATED_KEY_FILE),
                 KEY_BYTES,
             )
             .unwrap();
@@ -926,7 +834,7 @@ mod tests {
                 .dir
                 .path()
                 .join("data")
-                .join(crate::trace::digest::GENERATED_KEY_FILE),
+                .join(crate::digest::keyed::GENERATED_KEY_FILE),
         )
         .unwrap();
         let first = fixture

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::providers::PoolSettings;
 use crate::providers::endpoint::{self, Violation};
-use crate::providers::redact::SecretHandling;
+use crate::secrets::redact::SecretHandling;
 use query::query_problems;
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
@@ -31,6 +31,8 @@ mod rest;
 mod rest_presets;
 mod settings;
 
+pub use crate::resilience::breaker::CircuitSettings;
+pub use crate::resilience::cache::CacheSettings;
 pub(crate) use mcp::template_problem as mcp_template_problem;
 pub use mcp::{McpBinding, McpLookup, McpTransport};
 pub use rest::RestSpec;
@@ -170,48 +172,6 @@ impl ProviderKind {
             ProviderKind::Mcp(mcp) => mcp.auth_env(),
         }
     }
-}
-
-/// Circuit breaker thresholds: the circuit opens when, over the last `window` calls (at
-/// least `min_calls` of them), the failure rate reaches `failure_rate`, or after
-/// `consecutive_failures` in a row; it stays open for `open`, then lets
-/// `half_open_probes` calls through; `half_open_max` bounds the half-open phase.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CircuitSettings {
-    pub(crate) failure_rate: f64,
-    pub(crate) min_calls: u32,
-    pub(crate) window: u32,
-    pub(crate) consecutive_failures: u32,
-    pub(crate) open: Duration,
-    pub(crate) half_open_probes: u32,
-    pub(crate) half_open_max: Duration,
-}
-
-impl Default for CircuitSettings {
-    fn default() -> Self {
-        CircuitSettings {
-            failure_rate: 0.5,
-            min_calls: 20,
-            window: 50,
-            consecutive_failures: 5,
-            open: Duration::from_millis(5000),
-            half_open_probes: 3,
-            half_open_max: Duration::from_millis(30_000),
-        }
-    }
-}
-
-/// Response cache; `ttl: None` means no caching (the default), and then the other
-/// settings do nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct CacheSettings {
-    /// How long an `OK` answer is kept.
-    pub(crate) ttl: Option<Duration>,
-    /// How long a `NOT_FOUND` answer is kept; `None`: not kept.
-    pub(crate) not_found_ttl: Option<Duration>,
-    /// The oldest kept answer a layer with `currentness: "required"` takes; zero (the
-    /// default): such a layer's provider is always asked.
-    pub(crate) required_max_age: Duration,
 }
 
 /// What traces keep of a provider's items.
@@ -664,8 +624,14 @@ fn check_kind(
                 .endpoint
                 .as_deref()
                 .and_then(|text| check_endpoint(problems, &key_path(path, "endpoint"), text));
-            let spec =
-                rest::check_rest(problems, path, endpoint, raw.endpoint.is_some(), rest_keys)?;
+            let written = raw.endpoint.is_some();
+            let rest = rest::read_rest(problems, path, rest_keys)?;
+            let spec = match rest.preset.clone() {
+                Some(preset) => {
+                    rest_presets::expand(problems, path, &preset, rest, endpoint, written)
+                }
+                None => rest::check_rest(problems, path, endpoint, written, rest),
+            }?;
             let written = spec.to_json();
             Some((ProviderKind::Rest(Box::new(spec)), written))
         }

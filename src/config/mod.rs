@@ -15,10 +15,11 @@
 //! [`Problems`], which redacts the values the secret scan flagged.
 
 mod binding;
-mod env;
+
 mod server;
 mod trace_store;
 
+pub(crate) use crate::env::EnvVars;
 pub(crate) use binding::mcp_template_problem;
 pub use binding::{
     Binding, CacheSettings, CircuitSettings, DEFAULT_RETENTION_TTL, DEFAULT_TIMEOUT_MS,
@@ -26,14 +27,13 @@ pub use binding::{
 };
 pub(crate) use binding::{Mapping, RestAuth, RestMethod, Segment, Template};
 pub use binding::{McpBinding, McpLookup, McpTransport};
-pub(crate) use env::EnvVars;
 pub(crate) use server::{
-    ApiKey, EnvironmentNeed, Limits, McpAccess, MetricsSettings, ServerConfig, ServerSettings,
-    TenantConfig, TraceSettings, TraceStore,
+    ApiKey, EnvironmentNeed, Limits, McpAccess, ServerConfig, ServerSettings, TenantConfig,
+    TraceSettings, TraceStore,
 };
 pub(crate) use trace_store::DigestKeySource;
 
-use crate::providers::secrets;
+use crate::secrets;
 use crate::validation::{Notation, Problem, Problems, in_words};
 use regex::Regex;
 use std::fmt;

@@ -4,8 +4,8 @@
 //! in a SQLite store's folder.
 
 use super::{EnvVars, TraceSettings, TraceStore};
-use crate::trace::DigestKey;
-use crate::trace::digest::{DigestKeyError, GENERATED_KEY_FILE, MIN_KEY_BYTES};
+use crate::digest::DigestKey;
+use crate::digest::keyed::{DigestKeyError, GENERATED_KEY_FILE, MIN_KEY_BYTES};
 use crate::trace::store::{PgTarget, StoreTarget};
 use crate::trace::upkeep::RecordKeeping;
 use crate::validation::Problem;

@@ -208,7 +208,7 @@ mod tests {
             );
         }
         assert_eq!(
-            crate::trace::digest::GENERATED_KEY_FILE,
+            crate::digest::keyed::GENERATED_KEY_FILE,
             "digest.key",
             "docs/CONFIGURATION.md names the file"
         );

@@ -2,15 +2,15 @@
 
 use super::engine::{self, Target};
 use super::{LONG_INPUTS, SHORT_INPUTS};
+use crate::bounds::{MAX_ITEM_BYTES, check_items_refusing};
 use crate::config::{Binding, ServerConfig};
 use crate::contract::{Item, ProviderStatus};
 use crate::handles::bounds::Clock;
 use crate::handles::request::{self, Limits};
 use crate::handles::{HandleMaterial, LimitSettings, ops};
 use crate::project::Project;
-use crate::providers::bounds::{MAX_ITEM_BYTES, check_items_refusing};
 use crate::providers::http::{parse_describe, parse_lookup};
-use crate::providers::redact::SecretHandling;
+use crate::secrets::redact::SecretHandling;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -169,7 +169,7 @@ fn project(input: &[u8]) -> Result<(), String> {
 /// (the planted secrets among them).
 fn config_lines(lines: Vec<String>) -> Result<(), String> {
     let shown = lines.join("\n");
-    match crate::providers::secrets::scan(&shown) {
+    match crate::secrets::scan(&shown) {
         Some(detector) => Err(format!("an error shows a secret ({})", detector.name())),
         None => Ok(()),
     }

@@ -4,8 +4,9 @@
 //!
 //! Both stores keep the same rules (TTL, shares with LRU eviction, tombstones, tenant
 //! scoping, per-handle sequences); only Redis can be unreachable, which every call
-//! reports as a [`StoreUnavailable`] (the API's `503 RUNTIME_UNAVAILABLE`).
+//! reports as a [`StoreUnavailable`](super::StoreUnavailable) (the API's `503 RUNTIME_UNAVAILABLE`).
 
+use super::error::StoreUnavailable;
 use super::redis_store::{RedisSettings, RedisStore};
 use super::store::{Attempt, MemoryStore};
 use super::{Capabilities, HandleError, HandleMaterial, HandleSettings};
@@ -22,22 +23,6 @@ pub(crate) enum HandleBackend {
     Memory,
     /// In a Redis every replica shares.
     Redis(RedisSettings),
-}
-
-/// The store could not be asked: Redis unreachable, too slow, or refusing. The message
-/// names the server, never a password.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub(crate) struct StoreUnavailable {
-    message: String,
-}
-
-impl StoreUnavailable {
-    pub(crate) fn new(message: impl Into<String>) -> StoreUnavailable {
-        StoreUnavailable {
-            message: message.into(),
-        }
-    }
 }
 
 /// What `/readyz` shows of the store: only a Redis can be unreachable.

@@ -24,7 +24,7 @@
 //! (the clock, the meter and the result budget they run under), [`output`] (what they
 //! answer), [`record`] (the per-operation trace record), [`attempt`] (one operation or
 //! delete from the parsed request to its answer and record — what the API's routes
-//! call).
+//! call), [`error`] (why an operation or the store failed).
 //!
 //! Versions: a handle's material never changes after registration, and no operation
 //! derives new material, so every handle has version 1. The version is still part of
@@ -35,6 +35,7 @@
 pub(crate) mod attempt;
 pub(crate) mod backend;
 pub(crate) mod bounds;
+pub(crate) mod error;
 pub(crate) mod ops;
 #[cfg(test)]
 mod ops_tests;
@@ -43,14 +44,13 @@ pub(crate) mod redis_store;
 pub(crate) mod request;
 pub(crate) mod store;
 
-pub(crate) use backend::{HandleBackend, HandleStore, StoreUnavailable};
+pub(crate) use backend::{HandleBackend, HandleStore};
 pub(crate) use bounds::SystemClock;
+pub(crate) use error::{HandleError, StaleReason, StoreUnavailable};
 pub(crate) use output::OpOutput;
-pub(crate) use store::StaleReason;
 
 use crate::contract::Item;
 use serde::Serialize;
-use serde_json::{Map, Value, json};
 use std::time::Duration;
 
 /// Length of every handle id: `h_` + 32 lowercase hex (128 random bits). The kernel
@@ -184,167 +184,6 @@ impl Default for HandleSettings {
     }
 }
 
-/// Why a handle operation (or a registration) was refused. Each variant is one `kind`
-/// of seed 004; [`HandleError::fields`] gives its structured fields. Messages never
-/// carry material.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum HandleError {
-    #[error("a handle id is \"h_\" followed by 32 lowercase hexadecimal digits")]
-    InvalidHandle,
-    #[error("no such handle")]
-    UnknownHandle { id: String },
-    #[error("{}", stale_message(*reason, *requested, *version))]
-    StaleHandle {
-        id: String,
-        reason: StaleReason,
-        /// The version the request named (absent for a delete).
-        requested: Option<u64>,
-        /// The handle's current version (wrong version) or the version that was
-        /// deleted, expired or evicted.
-        version: u64,
-    },
-    #[error("{field}: {message}")]
-    InvalidLimit {
-        field: String,
-        message: String,
-        max: Option<u64>,
-    },
-    #[error("{field}: {message}")]
-    InvalidPattern { field: String, message: String },
-    #[error("{field}: {value} is out of range: the material has {available}")]
-    OutOfRange {
-        field: String,
-        value: u64,
-        available: u64,
-    },
-    #[error("{}", unsupported_partition_message(by, *material, supported))]
-    UnsupportedPartition {
-        by: String,
-        /// Set when the partition exists but not for this material (`lines` of items).
-        material: Option<&'static str>,
-        supported: Vec<&'static str>,
-    },
-    #[error("{operation} function {function:?} is not allowed: use one of {}", allowed.join(", "))]
-    CapabilityDenied {
-        operation: &'static str,
-        function: String,
-        allowed: &'static [&'static str],
-    },
-    #[error("{message}")]
-    InvalidArgument {
-        field: Option<String>,
-        message: String,
-    },
-    #[error("the operation did not finish within its time limit of {limit_ms} ms")]
-    TimeLimitExceeded { limit_ms: u64 },
-    #[error("the material is {bytes} bytes, more than the store holds for the tenant ({cap})")]
-    MaterialTooLarge { bytes: usize, cap: usize },
-}
-
-fn stale_message(reason: StaleReason, requested: Option<u64>, version: u64) -> String {
-    match (reason, requested) {
-        (StaleReason::WrongVersion, Some(requested)) => {
-            format!("version {requested} is not the handle's current version {version}")
-        }
-        (StaleReason::WrongVersion, None) => format!("the handle's version is {version}"),
-        (reason, _) => format!("version {version} of the handle was {}", reason.as_str()),
-    }
-}
-
-fn unsupported_partition_message(
-    by: &str,
-    material: Option<&'static str>,
-    supported: &[&'static str],
-) -> String {
-    match material {
-        Some(material) => format!(
-            "partition by {by:?} is not supported for {material} material: use {}",
-            supported.join(" or ")
-        ),
-        None => format!(
-            "partition by {by:?} is not supported: use {}",
-            supported.join(" or ")
-        ),
-    }
-}
-
-impl HandleError {
-    /// The error `kind` (`stale_handle`, …): the API's error code and the trace's and
-    /// metric's `result`.
-    pub(crate) fn kind(&self) -> &'static str {
-        match self {
-            HandleError::InvalidHandle => "invalid_handle",
-            HandleError::UnknownHandle { .. } => "unknown_handle",
-            HandleError::StaleHandle { .. } => "stale_handle",
-            HandleError::InvalidLimit { .. } => "invalid_limit",
-            HandleError::InvalidPattern { .. } => "invalid_pattern",
-            HandleError::OutOfRange { .. } => "out_of_range",
-            HandleError::UnsupportedPartition { .. } => "unsupported_partition",
-            HandleError::CapabilityDenied { .. } => "capability_denied",
-            HandleError::InvalidArgument { .. } => "invalid_argument",
-            HandleError::TimeLimitExceeded { .. } => "time_limit_exceeded",
-            HandleError::MaterialTooLarge { .. } => "material_too_large",
-        }
-    }
-
-    /// The structured fields that go beside `code` and `message` in an error body.
-    pub(crate) fn fields(&self) -> Map<String, Value> {
-        let value = match self {
-            HandleError::InvalidHandle | HandleError::MaterialTooLarge { .. } => json!({}),
-            HandleError::UnknownHandle { id } => json!({"handle": id}),
-            HandleError::StaleHandle {
-                id,
-                reason,
-                requested,
-                version,
-            } => {
-                let mut fields = json!({"handle": id, "reason": reason.as_str()});
-                if let Some(requested) = requested {
-                    fields["requestedVersion"] = json!(requested);
-                }
-                let key = match reason {
-                    StaleReason::WrongVersion => "currentVersion",
-                    _ => "deletedVersion",
-                };
-                fields[key] = json!(version);
-                fields
-            }
-            HandleError::InvalidLimit { field, max, .. } => match max {
-                Some(max) => json!({"field": field, "max": max}),
-                None => json!({"field": field}),
-            },
-            HandleError::InvalidPattern { field, .. } => json!({"field": field}),
-            HandleError::OutOfRange {
-                field,
-                value,
-                available,
-            } => json!({"field": field, "value": value, "available": available}),
-            HandleError::UnsupportedPartition { supported, .. } => {
-                json!({"field": "op.by", "supported": supported})
-            }
-            HandleError::CapabilityDenied {
-                operation, allowed, ..
-            } => json!({"field": "op.function", "operation": operation, "allowed": allowed}),
-            HandleError::InvalidArgument { field, .. } => match field {
-                Some(field) => json!({"field": field}),
-                None => json!({}),
-            },
-            HandleError::TimeLimitExceeded { limit_ms } => json!({"timeLimitMs": limit_ms}),
-        };
-        match value {
-            Value::Object(map) => map,
-            _ => Map::new(),
-        }
-    }
-
-    pub(crate) fn invalid_argument(field: &str, message: impl Into<String>) -> HandleError {
-        HandleError::InvalidArgument {
-            field: Some(field.to_owned()),
-            message: format!("{field}: {}", message.into()),
-        }
-    }
-}
-
 /// One handle operation finished (or was refused): counts
 /// `ctxd_handle_operations_total{op, result}`. Both labels come from fixed sets.
 pub(crate) struct HandleOperationFinished {
@@ -381,6 +220,7 @@ impl HandleOperationFinished {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Map, json};
 
     #[test]
     fn ids_are_validated_by_shape() {

@@ -19,8 +19,8 @@
 //!   `ConnectionManager` is created on the runtime that starts the topology, which also
 //!   runs its reconnections; clones multiplex one connection.
 
-use super::backend::StoreUnavailable;
-use super::store::{Attempt, StaleReason, VERSION};
+use super::error::{StaleReason, StoreUnavailable};
+use super::store::{Attempt, VERSION};
 use super::{Capabilities, HandleError, HandleMaterial, HandleSettings};
 use crate::contract::{HandleRef, Item};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};

@@ -26,6 +26,7 @@
 //! - **Tenants.** A handle or tombstone of another tenant is `unknown_handle`.
 //! - The clock is injected (`now: Instant` on every call), so TTL tests need no sleeping.
 
+use super::error::StaleReason;
 use super::{Capabilities, HANDLE_ID_PREFIX, HandleError, HandleMaterial, HandleSettings};
 use crate::contract::HandleRef;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -34,28 +35,6 @@ use std::time::Instant;
 
 /// Every handle's version: material never changes (see the module docs of `handles`).
 pub(crate) const VERSION: u64 = 1;
-
-/// Why a handle is stale.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StaleReason {
-    /// The handle is live but the request named another version.
-    WrongVersion,
-    Deleted,
-    Expired,
-    /// Evicted (least recently used) to make room in its tenant's share.
-    Evicted,
-}
-
-impl StaleReason {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            StaleReason::WrongVersion => "wrong_version",
-            StaleReason::Deleted => "deleted",
-            StaleReason::Expired => "expired",
-            StaleReason::Evicted => "evicted",
-        }
-    }
-}
 
 /// What the store answered for one operation or delete on a handle: `T` is what the
 /// attempt gets when the handle is live and current (the material to operate on, or

@@ -8,11 +8,11 @@ use crate::contract::{
     BudgetReport, Currentness, CutAction, CutReport, Item, LayerReason, LayerReport, LayerStatus,
     ProviderReport, ProviderStatus, SelectionReport, TurnResult,
 };
+use crate::digest::DigestKey;
 use crate::digest::sha256_tagged;
 use crate::gate::{Decisions, LayerDecision, ProviderDecision};
 use crate::outcome::{Call, Outcome};
 use crate::project::{CurrentnessRule, LayerKind, Project};
-use crate::trace::DigestKey;
 
 /// Material that would show fewer content bytes than this is dropped, not truncated.
 const MIN_SHOWN_BYTES: usize = 64;

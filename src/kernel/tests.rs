@@ -4,11 +4,11 @@ use super::*;
 use crate::contract::{
     Currentness, CutAction, Item, LayerReason, LayerStatus, ProviderStatus, Source, TurnResult,
 };
+use crate::digest::DigestKey;
 use crate::digest::canonical_digest;
 use crate::gate::{self, GateRequest, Plan};
 use crate::outcome::{Call, CallFacts, Outcome};
 use crate::project::Project;
-use crate::trace::DigestKey;
 use proptest::prelude::*;
 use serde_json::json;
 use std::collections::BTreeMap;

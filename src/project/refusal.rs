@@ -2,7 +2,7 @@
 //! DSNs and database paths belong in a Deployment Binding. Runs on the raw JSON before
 //! typed parsing so the refusal, not an "unknown field", is what the author sees.
 
-use crate::providers::secrets;
+use crate::secrets;
 use crate::validation::Problem;
 use serde_json::Value;
 

@@ -3,9 +3,9 @@
 
 use super::model::{ContextTest, CurrentnessRule, Layer, Profile, ProjectDoc};
 use super::{LayerKind, LayerSpec, ProfileSpec, Project, ProjectErrors, ProviderSpec};
+use crate::bounds::{MAX_ITEMS, check_items_refusing};
 use crate::contract::ProviderStatus;
 use crate::digest::{canonical_digest, sha256_tagged};
-use crate::providers::bounds::{MAX_ITEMS, check_items_refusing};
 use crate::validation::Problems;
 use regex::{Regex, RegexBuilder};
 use std::collections::HashSet;

@@ -26,15 +26,15 @@
 //! log line: failures carry only a status and a fixed detail.
 
 use super::PoolSettings;
-use super::bounds::MAX_RESPONSE_BYTES;
 use super::endpoint::{self, Violation};
 use super::http1::{Answer as Received, BodyError, ConnectionLimits, Http1Client, Http1SetupError};
-use super::redact::SecretHandling;
 use super::untrusted::{self, Masks};
 use super::wire_answer::{self, WireProblem};
 use super::{LookupCall, Secret};
+use crate::bounds::MAX_RESPONSE_BYTES;
 use crate::contract::{CONTRACT, DescribeRequest, DescribeResponse, LookupRequest, Source};
 use crate::outcome::{Failure, Outcome};
+use crate::secrets::redact::SecretHandling;
 use http::header::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 use std::fmt;
@@ -409,7 +409,7 @@ pub(crate) fn parse_lookup(bytes: &[u8], limit: u32, secrets: SecretHandling) ->
         Err(WireProblem::Bounds(violation)) => {
             return failed(match shape_failure(bytes) {
                 Failure::WrongContract => Failure::WrongContract,
-                _ => violation.failure(),
+                _ => Failure::from(&violation),
             });
         }
         Err(WireProblem::Malformed) => return failed(shape_failure(bytes)),
@@ -419,7 +419,7 @@ pub(crate) fn parse_lookup(bytes: &[u8], limit: u32, secrets: SecretHandling) ->
     }
     let (items, redactions) = match answer.items.finish(secrets) {
         Ok(finished) => finished,
-        Err(violation) => return failed(violation.failure()),
+        Err(violation) => return failed(Failure::from(&violation)),
     };
     if let Err(failure) =
         scan_label(answer.version.as_deref()).and_then(|()| scan_label(answer.revision.as_deref()))

@@ -7,16 +7,16 @@
 //! the bounds themselves.
 //!
 //! Sizes are those of the item's canonical JSON (`serde_json::to_vec(&item).len()`),
-//! the measure [`super::bounds`] defines, kept exactly as fields are added.
+//! the measure [`crate::bounds`] defines, kept exactly as fields are added.
 //!
 //! A built set of items then passes the secret check of its binding
 //! ([`ItemsBuilder::finish`]): refused, or redacted and measured again.
 
-use super::bounds::{
+use crate::bounds::{
     self, BoundsViolation, MAX_ID_BYTES, MAX_ITEM_BYTES, MAX_ITEMS, MAX_RESPONSE_BYTES,
 };
-use super::redact::SecretHandling;
 use crate::contract::{Item, RedactionCounts};
+use crate::secrets::redact::SecretHandling;
 use serde_json::{Map, Value as Json};
 use std::borrow::Cow;
 

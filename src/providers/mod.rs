@@ -1,19 +1,17 @@
-//! Provider implementations and the rules every provider answer passes: bounds and
-//! secret scanning. Implementations are plain async code with no actor types. A
+//! Provider implementations: HTTP, SQLite, REST, PostgreSQL and MCP, and what they
+//! share (the endpoint rule, the items they build, untrusted text). Every answer passes
+//! the rules of [`crate::bounds`] and [`crate::secrets`]. Implementations are plain async code with no actor types. A
 //! `ProviderActor` creates one per binding, owns its lifecycle (readiness probe, closing
 //! on shutdown) and hands it out through its `ProviderGate`; each lookup runs on the
 //! thread of the coordinator that was granted it.
 
-pub mod bounds;
 pub(crate) mod endpoint;
 pub mod http;
 pub mod http1;
 pub(crate) mod items;
 pub mod mcp;
 pub mod postgres;
-pub mod redact;
 pub mod rest;
-pub mod secrets;
 pub mod sqlite;
 pub mod untrusted;
 pub(crate) mod wire_answer;
@@ -88,8 +86,8 @@ pub struct LookupCall<'a> {
     /// turn's deadline. Past it the outcome is `TIMEOUT`.
     pub deadline: Instant,
     /// What a secret in the answer's items gives (the binding's `secrets`): every
-    /// implementation passes it to [`bounds::check_secrets`].
-    pub secrets: redact::SecretHandling,
+    /// implementation passes it to [`crate::bounds::check_secrets`].
+    pub secrets: crate::secrets::redact::SecretHandling,
 }
 
 /// A credential read from the environment. Its value is never printed: `Debug` and

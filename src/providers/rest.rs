@@ -22,13 +22,13 @@ mod mapping;
 mod request;
 
 use super::PoolSettings;
-use super::bounds::BoundsViolation;
-use super::bounds::MAX_ITEMS;
 use super::http::{self, BoundSecret, HttpSetupError, Read, read_answer};
 use super::http1::{ConnectionLimits, Http1Client};
 use super::items::{self, ParseProblem};
 use super::untrusted::{Masks, UntrustedText};
 use super::{LookupCall, Secret};
+use crate::bounds::BoundsViolation;
+use crate::bounds::MAX_ITEMS;
 use crate::config::{RestAuth, RestMethod, RestSpec};
 use crate::contract::{Currentness, Source};
 use crate::outcome::{Failure, Outcome};
@@ -291,13 +291,19 @@ impl RestProvider {
                 let violation = BoundsViolation::TooManyValues {
                     limit: items::MAX_VALUES,
                 };
-                return (failed(violation.failure()), Some(violation.to_string()));
+                return (
+                    failed(Failure::from(&violation)),
+                    Some(violation.to_string()),
+                );
             }
         };
         let mapped = match mapping::map_items(&self.spec.mapping, &json, limit as usize) {
             Ok(mapped) => mapped,
             Err(MappingError::Bounds(violation)) => {
-                return (failed(violation.failure()), Some(violation.to_string()));
+                return (
+                    failed(Failure::from(&violation)),
+                    Some(violation.to_string()),
+                );
             }
             Err(error) => {
                 let reason = UntrustedText::new(&error.to_string(), &Masks::none()).into_string();
@@ -316,7 +322,12 @@ impl RestProvider {
         let dropped = mapped.dropped;
         let (items, redactions) = match mapped.items.finish(call.secrets) {
             Ok(finished) => finished,
-            Err(violation) => return (failed(violation.failure()), Some(violation.to_string())),
+            Err(violation) => {
+                return (
+                    failed(Failure::from(&violation)),
+                    Some(violation.to_string()),
+                );
+            }
         };
         if dropped > 0 {
             tracing::debug!(

@@ -38,10 +38,11 @@
 //! the pool inside the current runtime, or inside a small temporary one when there is
 //! none, so neither can abort the process.
 
+use super::LookupCall;
 use super::PoolSettings;
-use super::bounds::BoundsViolation;
 use super::items::{ItemDraft, ItemsBuilder};
-use super::{LookupCall, bounds};
+use crate::bounds;
+use crate::bounds::BoundsViolation;
 use crate::contract::{Currentness, Source};
 use crate::outcome::{Failure, Outcome, detail};
 use connection::{connect, harden, read_only_uri, reserve_heap};
@@ -241,7 +242,7 @@ impl SqliteProvider {
         let items = match read {
             Ok(items) => items,
             Err(ReadError::Refused(failure)) => return failed(failure),
-            Err(ReadError::Bounds(violation)) => return failed(violation.failure()),
+            Err(ReadError::Bounds(violation)) => return failed(Failure::from(&violation)),
             Err(ReadError::Sqlite(error)) => {
                 let failure = classify(&error);
                 if failure == Failure::DatabaseError {
@@ -257,7 +258,7 @@ impl SqliteProvider {
         match items.finish(call.secrets) {
             Ok((items, redactions)) => Outcome::answered(items, Currentness::Current, Source::Live)
                 .with_redactions(redactions),
-            Err(violation) => failed(violation.failure()),
+            Err(violation) => failed(Failure::from(&violation)),
         }
     }
 

@@ -13,7 +13,7 @@
 //!    `[REDACTED:binding_secret]`
 //!    (the lookup value, where one is known, becomes `[VALUE]`).
 //! 3. **Secret patterns masked** by the detector (`[REDACTED:<kind>]`,
-//!    [`super::redact`]); should one still be found, the whole text is its marker.
+//!    [`crate::secrets::redact`]); should one still be found, the whole text is its marker.
 //! 4. **Escaped.** Bytes that are not UTF-8 are written `\xNN`; control characters
 //!    (newline, CR, ESC, …, C1), line separators and bidirectional formatting characters
 //!    are written as escapes (`\n`, `\r`, `\t`, `\u{1b}`), so the text can neither start
@@ -23,9 +23,9 @@
 //! window gives are never shown: a secret cut in two by the window's end is not matched
 //! whole, so no part of it may be shown.
 
-use super::redact;
-use super::secrets;
 use crate::outcome::Failure;
+use crate::secrets;
+use crate::secrets::redact;
 use aho_corasick::{AhoCorasick, MatchKind};
 use std::borrow::Cow;
 use std::fmt;

@@ -8,8 +8,8 @@
 //! ignored; an item takes only `id`, `title`, `content`, `metadata`, `updatedAt`, each
 //! once.
 
-use super::bounds::BoundsViolation;
 use super::items::{ItemDraft, ItemsBuilder, MAX_VALUES, ValueCounter};
+use crate::bounds::BoundsViolation;
 use crate::contract::Currentness;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::cell::{Cell, RefCell};
@@ -344,9 +344,9 @@ impl<'de> Visitor<'de> for MetadataSeed<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bounds::{MAX_ITEM_BYTES, MAX_ITEMS};
     use crate::contract::{CONTRACT, Item, LookupResponse};
-    use crate::providers::bounds::{MAX_ITEM_BYTES, MAX_ITEMS};
-    use crate::providers::redact::SecretHandling;
+    use crate::secrets::redact::SecretHandling;
     use serde_json::json;
 
     fn body(value: serde_json::Value) -> Vec<u8> {
@@ -406,7 +406,7 @@ mod tests {
         let items = items_of(parsed);
         assert_eq!(items, derived.items);
         assert_eq!(
-            crate::providers::bounds::serialized_len(&items[0]),
+            crate::bounds::serialized_len(&items[0]),
             serde_json::to_vec(&derived.items[0]).unwrap().len()
         );
         for text in [

@@ -26,11 +26,39 @@
 //! admitted while Closed therefore cannot reopen a circuit that is HalfOpen now, and a
 //! probe from an earlier half-open phase cannot close it.
 
-use crate::config::CircuitSettings;
 use crate::outcome::{Answer, Outcome};
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
+
+/// Circuit breaker thresholds: the circuit opens when, over the last `window` calls (at
+/// least `min_calls` of them), the failure rate reaches `failure_rate`, or after
+/// `consecutive_failures` in a row; it stays open for `open`, then lets
+/// `half_open_probes` calls through; `half_open_max` bounds the half-open phase.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CircuitSettings {
+    pub(crate) failure_rate: f64,
+    pub(crate) min_calls: u32,
+    pub(crate) window: u32,
+    pub(crate) consecutive_failures: u32,
+    pub(crate) open: Duration,
+    pub(crate) half_open_probes: u32,
+    pub(crate) half_open_max: Duration,
+}
+
+impl Default for CircuitSettings {
+    fn default() -> Self {
+        CircuitSettings {
+            failure_rate: 0.5,
+            min_calls: 20,
+            window: 50,
+            consecutive_failures: 5,
+            open: Duration::from_millis(5000),
+            half_open_probes: 3,
+            half_open_max: Duration::from_millis(30_000),
+        }
+    }
+}
 
 /// How long a caller turned away in HalfOpen (all probe slots taken) should wait.
 ///

@@ -24,10 +24,9 @@
 //!
 //! No actor types and no metrics here: what happens is told to a [`CacheObserver`].
 
-use crate::config::CacheSettings;
 use crate::contract::{ProviderStatus, VersionSource};
+use crate::digest::DigestKey;
 use crate::outcome::Outcome;
-use crate::trace::DigestKey;
 use hmac::{Hmac, KeyInit, Mac};
 use moka::Expiry;
 use moka::notification::RemovalCause;
@@ -38,6 +37,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
+
+/// Response cache; `ttl: None` means no caching (the default), and then the other
+/// settings do nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheSettings {
+    /// How long an `OK` answer is kept.
+    pub(crate) ttl: Option<Duration>,
+    /// How long a `NOT_FOUND` answer is kept; `None`: not kept.
+    pub(crate) not_found_ttl: Option<Duration>,
+    /// The oldest kept answer a layer with `currentness: "required"` takes; zero (the
+    /// default): such a layer's provider is always asked.
+    pub(crate) required_max_age: Duration,
+}
 
 type HmacSha256 = Hmac<Sha256>;
 

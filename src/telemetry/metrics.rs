@@ -15,7 +15,6 @@
 //! changes (deltas), so `ctxd_provider_in_flight` and `ctxd_provider_circuits` add up
 //! every gate of a provider id whatever the labels.
 
-use crate::config::MetricsSettings;
 use crate::contract::ProviderStatus;
 use crate::resilience::breaker::BreakerState;
 use crate::resilience::cache::{CacheObserver, Lookup, Removal};
@@ -82,15 +81,16 @@ const CIRCUIT_STATES: [BreakerState; 3] = [
 /// Whether metrics carry a `tenant` label (config `metrics.tenant_label`).
 static TENANT_LABEL: AtomicBool = AtomicBool::new(false);
 
-/// Installs the process-wide recorder with the configured duration buckets. The
-/// exporter's own HTTP listener is not used: `GET /metrics` renders from the handle.
-pub(crate) fn install(settings: &MetricsSettings) -> anyhow::Result<PrometheusHandle> {
-    TENANT_LABEL.store(settings.tenant_label, Ordering::Relaxed);
-    let seconds: Vec<f64> = settings
-        .duration_buckets_ms
-        .iter()
-        .map(|ms| ms / 1000.0)
-        .collect();
+/// Installs the process-wide recorder: with a `tenant` label on the tenant's series when
+/// `tenant_label` (config `metrics.tenant_label`), and `duration_buckets_ms` as the
+/// bucket bounds of every duration histogram. The exporter's own HTTP listener is not
+/// used: `GET /metrics` renders from the handle.
+pub(crate) fn install(
+    tenant_label: bool,
+    duration_buckets_ms: &[f64],
+) -> anyhow::Result<PrometheusHandle> {
+    TENANT_LABEL.store(tenant_label, Ordering::Relaxed);
+    let seconds: Vec<f64> = duration_buckets_ms.iter().map(|ms| ms / 1000.0).collect();
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(
             Matcher::Full(COORDINATOR_OVERHEAD.to_owned()),
@@ -99,7 +99,7 @@ pub(crate) fn install(settings: &MetricsSettings) -> anyhow::Result<PrometheusHa
         .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &seconds)?
         .install_recorder()?;
     describe();
-    zero_at_start(settings.tenant_label);
+    zero_at_start(tenant_label);
     Ok(handle)
 }
 
@@ -552,10 +552,11 @@ pub(crate) fn trace_queue_depth(depth: usize) {
     metrics::gauge!(TRACE_QUEUE_DEPTH).set(depth as f64);
 }
 
-/// The trace writer measured its store.
-pub(crate) fn trace_store_measured(usage: &crate::trace::upkeep::StoreUsage) {
-    metrics::gauge!(TRACE_STORE_BYTES).set(usage.used_bytes as f64);
-    if let Some(available) = usage.disk_available {
+/// The trace writer measured its store: `used_bytes` in it, `disk_available` bytes
+/// free on its disk when known.
+pub(crate) fn trace_store_measured(used_bytes: u64, disk_available: Option<u64>) {
+    metrics::gauge!(TRACE_STORE_BYTES).set(used_bytes as f64);
+    if let Some(available) = disk_available {
         metrics::gauge!(TRACE_DISK_AVAILABLE).set(available as f64);
     }
 }

@@ -9,8 +9,8 @@
 //! one of another query (other filters, another time window), an altered or a forged
 //! one is [`InvalidCursor`]. The page size may change from page to page. Pure: no SQL.
 
-use super::digest::DigestKey;
 use super::query::SearchQuery;
+use crate::digest::DigestKey;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
 

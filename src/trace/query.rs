@@ -804,7 +804,7 @@ mod tests {
             assert!(matches!(error, StoreError::InvalidCursor), "{error}");
         }
         // Under another deployment key the cursor is no cursor either.
-        let other = crate::trace::DigestKey::from_bytes(vec![1u8; 32]).unwrap();
+        let other = crate::digest::DigestKey::from_bytes(vec![1u8; 32]).unwrap();
         let error = TraceReader::open(&fixture.path, Some(&other))
             .unwrap()
             .search(&continued)

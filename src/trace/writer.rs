@@ -59,13 +59,13 @@
 //!   thread could not start, a batch keeps failing, traces were lost at shutdown. A
 //!   single commit's [`StoreError`] stays inside the thread, where it is retried.
 
-use super::DigestKey;
 use super::record::TurnTrace;
 use super::store::{
     HandleOperationRow, Pruned, Queued, RowEncoder, StoreError, StoreTarget, TraceBackend,
     TraceRows, Written, disk_available,
 };
 use super::upkeep::{NoRoom, RecordKeeping, StoreBounds, StoreUsage};
+use crate::digest::DigestKey;
 use crate::trace::record::HandleOpRecord;
 use crossbeam_channel::{
     Receiver, RecvTimeoutError, Sender, TrySendError, bounded, select, unbounded,
@@ -844,7 +844,10 @@ impl Writer {
         match self.store.usage() {
             Ok(usage) => {
                 self.shared.measured(usage);
-                crate::telemetry::metrics::trace_store_measured(&usage);
+                crate::telemetry::metrics::trace_store_measured(
+                    usage.used_bytes,
+                    usage.disk_available,
+                );
             }
             Err(error) => tracing::warn!(
                 store = %self.path.display(),

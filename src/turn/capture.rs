@@ -10,10 +10,10 @@
 use super::{Answered, Ask};
 use crate::config::Retention;
 use crate::contract::{CONTRACT, Source};
+use crate::digest::DigestKey;
 use crate::gate::ProviderDecision;
 use crate::outcome::Call;
 use crate::project::Project;
-use crate::trace::DigestKey;
 use crate::trace::record::{
     InputDigest, ItemRecord, PROVIDER_RECORD_KIND, ProviderRecord, RetainedItem, RetentionRecord,
     TURN_RECORD_KIND, TurnRecord, TurnTrace, material_digest, timestamp,

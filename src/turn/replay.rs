@@ -24,12 +24,12 @@
 use super::capture::declares_input;
 use super::{Ask, OutcomeSource, UnknownProfile, plan};
 use crate::contract::{Item, LayerReason, LayerStatus, ProviderStatus};
+use crate::digest::DigestKey;
 use crate::digest::canonical_digest;
 use crate::gate::{Invocation, Plan, ProviderDecision};
 use crate::kernel::{self, Rendering};
 use crate::outcome::{CallFacts, Failure, Outcome, detail::LIVE_DEPENDENCY_UNAVAILABLE};
 use crate::project::Project;
-use crate::trace::DigestKey;
 use crate::trace::record::{ProviderRecord, StoredTurn, TurnRecord};
 use crate::trace::store::{StoreError, TraceReader};
 use serde::Serialize;

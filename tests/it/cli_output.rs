@@ -34,7 +34,7 @@ fn with_stdout_closed(args: &[&str]) -> Output {
 fn a_closed_stdout_ends_each_command_quietly() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("traces.db");
-    let key = ctxd::trace::DigestKey::from_bytes(vec![7u8; 32]).unwrap();
+    let key = ctxd::digest::DigestKey::from_bytes(vec![7u8; 32]).unwrap();
     drop(ctxd::trace::store::TraceStore::open(&store, &key).unwrap());
     let project = demo_project();
     let project = project.to_str().unwrap();

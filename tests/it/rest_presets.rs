@@ -5,7 +5,7 @@
 use crate::provider_server::{Behaviour, ProviderServer, RecordedRequest, RunningProvider};
 use crate::rest_provider::{lookup_with, origin, raw, rest_provider, rest_spec, value_once};
 use ctxd::contract::ProviderStatus;
-use ctxd::providers::redact::SecretHandling;
+use ctxd::secrets::redact::SecretHandling;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "tok-7be41c09aa53";

@@ -6,9 +6,9 @@ use crate::provider_server::{Behaviour, ProviderServer, RecordedRequest, Running
 use ctxd::config::{Binding, ProviderKind, RestSpec};
 use ctxd::contract::{ProviderStatus, Source};
 use ctxd::outcome::Outcome;
-use ctxd::providers::redact::SecretHandling;
 use ctxd::providers::rest::RestProvider;
 use ctxd::providers::{LookupCall, PoolSettings, Secret};
+use ctxd::secrets::redact::SecretHandling;
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::time::Instant;

@@ -16,7 +16,7 @@ mod gitleaks_near_misses;
 mod near_misses;
 mod rng;
 
-use ctxd::providers::secrets::{self, SecretMatch};
+use ctxd::secrets::{self, SecretMatch};
 use formats::{FORMATS, Shape, in_context};
 use gitleaks::{CASES, Context, SYNTAXES, in_syntax};
 use near_misses::NEAR_MISSES;

@@ -6,7 +6,7 @@
 use super::{Report, SQLITE_CHECK_LIMIT};
 use crate::config::ProviderBinding;
 use crate::providers::postgres::PostgresProvider;
-use crate::providers::redact::redacted;
+use crate::secrets::redact::redacted;
 
 pub(super) async fn check_postgres(
     report: &mut Report,

@@ -9,7 +9,6 @@
 //! JQL: the value grammar has no quote or backslash, so it cannot leave the literal).
 //! Scheme, host and port come only from `endpoint`.
 
-use super::rest_presets;
 use crate::config::{key_path, kind_in_words, section};
 use crate::validation::Problems;
 use http::header::{HeaderName, HeaderValue};
@@ -456,20 +455,27 @@ struct RawMapping {
     metadata: BTreeMap<String, String>,
 }
 
-/// Checks a `rest` provider's own keys (`table` holds only [`REST_KEYS`]) with its
-/// validated `endpoint`, recording every problem under `path`.
+/// Reads a `rest` provider's own keys (`table` holds only [`REST_KEYS`]) as written,
+/// recording a key of the wrong shape under `path`.
+pub(super) fn read_rest(
+    problems: &mut Problems,
+    path: &str,
+    table: toml::Table,
+) -> Option<RawRest> {
+    section(problems, path, toml::Value::Table(table))
+}
+
+/// Checks a `rest` provider written without a preset (a preset expands in
+/// [`super::rest_presets`]) with its validated `endpoint`, recording every problem under
+/// `path`.
 pub(super) fn check_rest(
     problems: &mut Problems,
     path: &str,
     endpoint: Option<Url>,
     endpoint_written: bool,
-    table: toml::Table,
+    raw: RawRest,
 ) -> Option<RestSpec> {
     let before = problems.len();
-    let raw: RawRest = section(problems, path, toml::Value::Table(table))?;
-    if let Some(preset) = raw.preset.clone() {
-        return rest_presets::expand(problems, path, &preset, raw, endpoint, endpoint_written);
-    }
     for (key, present) in [
         ("repository", raw.repository.is_some()),
         ("project", raw.project.is_some()),

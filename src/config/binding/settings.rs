@@ -3,10 +3,10 @@
 //! the provider's own value, else the `[defaults]` value, else the built-in default.
 
 use super::{CacheSettings, CircuitSettings, DEFAULT_RETENTION_TTL, DEFAULT_TIMEOUT_MS, Retention};
+use crate::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
 use crate::config::field_path;
-use crate::providers::bounds::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
-use crate::providers::redact::SecretHandling;
 use crate::providers::{PoolSettings, RecycleCheck};
+use crate::secrets::redact::SecretHandling;
 use crate::validation::Problems;
 use serde::Deserialize;
 use std::time::Duration;

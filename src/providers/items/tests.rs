@@ -185,7 +185,10 @@ fn the_answer_stops_at_its_byte_bound() {
         }
     );
     assert_eq!(taken, MAX_RESPONSE_BYTES / MAX_ITEM_BYTES);
-    assert_eq!(result.failure(), crate::outcome::Failure::ResponseTooLarge);
+    assert_eq!(
+        crate::outcome::Failure::from(&result),
+        crate::outcome::Failure::ResponseTooLarge
+    );
 }
 
 #[test]

@@ -8,12 +8,12 @@
 //! `UNAVAILABLE` (`TOOL_ERROR`). A resource result: each text resource content is an
 //! item with the content's URI as its id. No item at all is `NOT_FOUND`.
 
+use crate::bounds::{self, BoundsViolation, MAX_RESPONSE_BYTES};
 use crate::contract::{Currentness, Source};
 use crate::outcome::{Failure, Outcome};
-use crate::providers::bounds::{self, BoundsViolation, MAX_RESPONSE_BYTES};
 use crate::providers::items::{self, ItemsBuilder};
-use crate::providers::redact::SecretHandling;
 use crate::providers::untrusted::{MIN_MASKED_BYTES, Masks, UntrustedText};
+use crate::secrets::redact::SecretHandling;
 use serde_json::{Map, Value as Json};
 use std::borrow::Cow;
 
@@ -172,7 +172,7 @@ pub(crate) fn map_tool_result(
     })();
     match built {
         Ok(()) => Mapped::Items(builder),
-        Err(violation) => Mapped::Failed(violation.failure()),
+        Err(violation) => Mapped::Failed(Failure::from(&violation)),
     }
 }
 
@@ -212,7 +212,7 @@ pub(crate) fn map_resource_result(result: &Json, limit: u32, credential: Option<
     })();
     match built {
         Ok(()) => Mapped::Items(builder),
-        Err(violation) => Mapped::Failed(violation.failure()),
+        Err(violation) => Mapped::Failed(Failure::from(&violation)),
     }
 }
 
@@ -220,7 +220,7 @@ pub(crate) fn map_resource_result(result: &Json, limit: u32, credential: Option<
 pub(crate) fn finish(items: ItemsBuilder, secrets: SecretHandling) -> Outcome {
     let (items, redactions) = match items.finish(secrets) {
         Ok(finished) => finished,
-        Err(violation) => return Outcome::failed(violation.failure(), Source::Live),
+        Err(violation) => return Outcome::failed(Failure::from(&violation), Source::Live),
     };
     if items.is_empty() {
         return Outcome::not_found(Source::Live);

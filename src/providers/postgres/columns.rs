@@ -10,7 +10,7 @@
 //! Sizes are checked on the wire bytes before a value is decoded: a single value larger
 //! than a whole response is refused without being copied.
 
-use crate::providers::bounds::{self, BoundsViolation};
+use crate::bounds::{self, BoundsViolation};
 use crate::providers::items::{self, ItemDraft, ParseProblem};
 use crate::providers::sqlite::rfc3339_utc;
 use serde_json::{Number, Value};

@@ -8,7 +8,7 @@
 //! roots and the host name (rustls). Messages never quote the string: it may carry a
 //! password.
 
-use crate::providers::redact;
+use crate::secrets::redact;
 use std::net::IpAddr;
 use tokio_postgres::Config;
 use tokio_postgres::config::{Host, SslMode};

@@ -54,10 +54,11 @@
 //! masked: a server that quotes it — in a failed login, an unknown database or role, a
 //! query error — never gets it into `validate`, `doctor`, `/readyz` or a log.
 
-use super::bounds::BoundsViolation;
 use super::items::ItemsBuilder;
 use super::untrusted::{Masks, UntrustedText};
-use super::{LookupCall, PoolSettings, RecycleCheck, bounds};
+use super::{LookupCall, PoolSettings, RecycleCheck};
+use crate::bounds;
+use crate::bounds::BoundsViolation;
 use crate::contract::{Currentness, Source};
 use crate::outcome::{Failure, Outcome};
 use columns::{Layout, RowProblem};
@@ -280,7 +281,7 @@ impl PostgresProvider {
         match items.finish(call.secrets) {
             Ok((items, redactions)) => Outcome::answered(items, Currentness::Current, Source::Live)
                 .with_redactions(redactions),
-            Err(violation) => failed(violation.failure()),
+            Err(violation) => failed(Failure::from(&violation)),
         }
     }
 
@@ -599,7 +600,7 @@ impl ReadProblem {
             ReadProblem::Row(RowProblem::TooLarge) | ReadProblem::TooLarge => {
                 Failure::ResponseTooLarge
             }
-            ReadProblem::Row(RowProblem::Bounds(violation)) => violation.failure(),
+            ReadProblem::Row(RowProblem::Bounds(violation)) => Failure::from(violation),
             ReadProblem::Postgres(error) => match error.code() {
                 Some(code) if *code == SqlState::QUERY_CANCELED => Failure::Deadline,
                 Some(code) if connection_lost(code) => Failure::ConnectionReset,

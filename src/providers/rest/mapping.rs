@@ -10,8 +10,8 @@
 //! A [`MappingError`] names the binding's path and the item index, never a value from
 //! the answer: it is logged.
 
+use crate::bounds::BoundsViolation;
 use crate::config::Mapping;
-use crate::providers::bounds::BoundsViolation;
 use crate::providers::items::{ItemDraft, ItemsBuilder};
 use serde_json::Value as Json;
 use serde_json_path::JsonPath;
@@ -209,7 +209,7 @@ fn can_select_several(path: &JsonPath) -> bool {
 mod tests {
     use super::*;
     use crate::contract::Item;
-    use crate::providers::redact::SecretHandling;
+    use crate::secrets::redact::SecretHandling;
     use serde_json::json;
 
     /// The items of a mapped answer, after the secret step.

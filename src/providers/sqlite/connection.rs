@@ -14,7 +14,7 @@
 //!   than growing the process. It only backs the length bound up: page caches and sorters
 //!   spill to temporary files, so a connection stays well within its share.
 
-use super::bounds::MAX_RESPONSE_BYTES;
+use crate::bounds::MAX_RESPONSE_BYTES;
 use rusqlite::config::DbConfig;
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::limits::Limit;

@@ -9,7 +9,7 @@ use super::prune::Pruned;
 use super::read::TraceReader;
 use super::rows::Queued;
 use super::write::{TraceStore, Written};
-use crate::trace::digest::DigestKey;
+use crate::digest::keyed::DigestKey;
 use crate::trace::upkeep::StoreUsage;
 use std::path::{Path, PathBuf};
 

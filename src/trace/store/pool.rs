@@ -16,7 +16,7 @@
 use super::backend::StoreTarget;
 use super::error::StoreError;
 use super::read::TraceReader;
-use crate::trace::digest::DigestKey;
+use crate::digest::keyed::DigestKey;
 use std::fmt;
 #[cfg(test)]
 use std::path::Path;

@@ -8,8 +8,8 @@ use super::pg::{PgConnection, PgTarget};
 use super::schema::{BUSY_TIMEOUT, STATEMENT_CACHE, require_current};
 use super::seal::RetentionCipher;
 use crate::contract::Item;
+use crate::digest::keyed::DigestKey;
 use crate::trace::cursor::CursorSeal;
-use crate::trace::digest::DigestKey;
 use crate::trace::query::{
     self, HANDLE_OPERATIONS, HandleOperationsPage, MAX_HANDLE_OPERATIONS, MAX_LIMIT, SearchPage,
     SearchQuery, Stream, TENANTS, TenantNames,

@@ -4,7 +4,7 @@
 
 use super::codec::{self, Dictionaries, Dictionary};
 use super::seal::RetentionCipher;
-use crate::trace::digest::DigestKey;
+use crate::digest::keyed::DigestKey;
 use crate::trace::query::{LAYER_KEY, PROVIDER_KEY};
 use crate::trace::record::HandleOpRecord;
 use crate::trace::record::TurnTrace;

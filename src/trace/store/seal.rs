@@ -4,8 +4,8 @@
 //! longer opens. Pure: no SQL.
 
 use crate::contract::Item;
+use crate::digest::keyed::DigestKey;
 use crate::digest::{canonical_digest, canonical_json_of};
-use crate::trace::digest::DigestKey;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
 

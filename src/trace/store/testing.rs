@@ -4,7 +4,7 @@ use crate::contract::{
     Currentness, Item, LayerReason, LayerStatus, ProviderStatus, Source, VersionSource,
 };
 use crate::digest::canonical_digest;
-use crate::trace::digest::DigestKey;
+use crate::digest::keyed::DigestKey;
 use crate::trace::record::{
     InputDigest, ItemRecord, LayerDecisionRecord, PROVIDER_RECORD_KIND, ProviderRecord,
     RetainedItem, RetentionRecord, SelectionRecord, TURN_RECORD_KIND, TurnRecord, TurnTrace,

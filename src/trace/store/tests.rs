@@ -8,7 +8,7 @@ use super::write::PURGE_EXPIRED;
 use super::*;
 use crate::contract::{Item, LayerStatus, ProviderStatus};
 use crate::digest::canonical_digest;
-use crate::trace::digest::DigestKey;
+use crate::digest::keyed::DigestKey;
 use crate::trace::record::HandleOpRecord;
 use crate::trace::record::TurnTrace;
 use rusqlite::Connection;

@@ -5,7 +5,7 @@ use super::error::{StoreError, sqlite};
 use super::prune::{self, Pruned};
 use super::rows::{HandleOperationRow, Queued, RowEncoder, TraceRows};
 use super::schema::{BUSY_TIMEOUT, STATEMENT_CACHE, migrate, without_foreign_keys};
-use crate::trace::digest::DigestKey;
+use crate::digest::keyed::DigestKey;
 use crate::trace::record::TurnTrace;
 use crate::trace::upkeep::StoreUsage;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior, params};

@@ -62,6 +62,7 @@
 //! `password=password123` is not flagged while the same key with a random value is.
 
 mod checks;
+pub mod redact;
 mod rules;
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind};

@@ -1,5 +1,10 @@
 //! Canonical JSON and SHA-256 digests: the one way ctxd turns a value into a stable
-//! identity (build digests, binding digests, item fingerprints, rendered digests).
+//! identity (build digests, binding digests, item fingerprints, rendered digests), and
+//! the deployment key's keyed digests ([`keyed`]: locators, request digests).
+
+pub mod keyed;
+
+pub use keyed::{DigestKey, DigestKeyError};
 
 use crate::contract::Item;
 use serde::Serialize;

@@ -1,13 +1,12 @@
 //! The contract's hard limits on provider answers, shared by every provider type and by
 //! fixtures, with the binding's rule for secrets: every provider answer passes
 //! [`check_secrets`] once its items were built within the limits
-//! ([`super::items::ItemsBuilder`]), the one place where a secret is refused or
+//! ([`crate::providers::items::ItemsBuilder`]), the one place where a secret is refused or
 //! redacted; fixtures, which ctxd reads whole, pass [`check_items_refusing`].
 
-use super::redact::{self, SecretHandling};
-use super::secrets;
 use crate::contract::{Item, RedactionCounts};
-use crate::outcome::Failure;
+use crate::secrets;
+use crate::secrets::redact::{self, SecretHandling};
 
 /// Largest response body accepted from a provider, in bytes.
 pub(crate) const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
@@ -54,31 +53,15 @@ pub enum BoundsViolation {
 }
 
 impl BoundsViolation {
-    /// The failure this violation gives the invocation: which limit, or the secret
-    /// detector's name (never the secret).
-    pub(crate) fn failure(&self) -> Failure {
-        match self {
-            BoundsViolation::TooManyItems { .. } => Failure::TooManyItems,
-            BoundsViolation::ItemTooLarge { .. } | BoundsViolation::ItemOverLimit { .. } => {
-                Failure::ItemTooLarge
-            }
-            BoundsViolation::AnswerTooLarge { .. } | BoundsViolation::TooManyValues { .. } => {
-                Failure::ResponseTooLarge
-            }
-            BoundsViolation::InvalidItem { .. } => Failure::Malformed,
-            BoundsViolation::SecretDetected { detector, .. } => Failure::SecretPattern(detector),
-        }
-    }
-
     /// The provider status this violation gives the invocation.
     #[cfg(test)]
     pub(crate) fn status(&self) -> crate::contract::ProviderStatus {
-        self.failure().status()
+        crate::outcome::Failure::from(self).status()
     }
 }
 
 /// The secret step every provider answer passes, whatever the provider type, once its
-/// items were built within the bounds ([`super::items::ItemsBuilder`]): secret patterns
+/// items were built within the bounds ([`crate::providers::items::ItemsBuilder`]): secret patterns
 /// in id, title, content, metadata (keys and values) and `updatedAt`, refused or
 /// redacted as `secrets` says. A secret is reported by field and detector name only.
 /// Under [`SecretHandling::Redact`] every secret is replaced by `[REDACTED:<kind>]` and

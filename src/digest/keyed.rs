@@ -2,7 +2,7 @@
 //! `<provider>/item-<16 hex>` that never reveal a record id, and request digests that
 //! let a replay verify its inputs without storing them.
 
-use crate::digest::tagged_hex;
+use super::tagged_hex;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use std::fmt;

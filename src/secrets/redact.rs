@@ -6,8 +6,8 @@
 //! [`scan_all`] (the detector's own `secrets::scan_all`) is the one place that locates
 //! secrets (kind and byte range). Every redaction goes through it.
 
-use super::secrets;
 use crate::contract::{Item, RedactionCounts};
+use crate::secrets;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 
@@ -39,7 +39,7 @@ impl SecretHandling {
     }
 }
 
-pub(crate) use super::secrets::SecretMatch;
+pub(crate) use crate::secrets::SecretMatch;
 
 /// Every secret in `text` (kind and byte range), in order, without overlaps: the
 /// detector's own [`secrets::scan_all`]. A private key's range runs through its `END`
