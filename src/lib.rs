@@ -66,6 +66,7 @@ pub(crate) mod reload;
 pub(crate) mod resilience;
 pub mod secrets;
 pub(crate) mod telemetry;
+pub(crate) mod timestamp;
 pub mod trace;
 pub mod turn;
 pub mod validation;

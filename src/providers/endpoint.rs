@@ -66,6 +66,17 @@ pub(crate) fn is_loopback(host: &Host<&str>) -> bool {
     }
 }
 
+/// [`is_loopback`] of a host written alone: a name, an IPv4 address, or an IPv6 address
+/// with or without brackets (a connection string's host, a `Host` header's).
+pub(crate) fn is_loopback_host(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => is_loopback(&Host::Ipv4(ip)),
+        Ok(std::net::IpAddr::V6(ip)) => is_loopback(&Host::Ipv6(ip)),
+        Err(_) => is_loopback(&Host::Domain(bare)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

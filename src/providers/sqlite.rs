@@ -45,6 +45,7 @@ use crate::bounds;
 use crate::bounds::BoundsViolation;
 use crate::contract::{Currentness, Source};
 use crate::outcome::{Failure, Outcome, detail};
+use crate::timestamp::rfc3339_utc;
 use connection::{connect, harden, read_only_uri, reserve_heap};
 use deadpool_sqlite::{Config, Hook, HookError, Pool, PoolConfig, PoolError, Runtime};
 use rusqlite::types::ValueRef;
@@ -692,41 +693,6 @@ fn text_of(bytes: &[u8]) -> Result<Cow<'_, str>, ReadError> {
     std::str::from_utf8(bytes)
         .map(Cow::Borrowed)
         .map_err(|_| malformed())
-}
-
-/// Unix seconds as an RFC 3339 UTC timestamp, for years 0000 to 9999.
-pub(crate) fn rfc3339_utc(seconds: i64) -> Option<String> {
-    let days = seconds.div_euclid(86_400);
-    let second_of_day = seconds.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    if !(0..=9999).contains(&year) {
-        return None;
-    }
-    Some(format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        second_of_day / 3600,
-        second_of_day % 3600 / 60,
-        second_of_day % 60
-    ))
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let shifted_month = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
-    let month = if shifted_month < 10 {
-        shifted_month + 3
-    } else {
-        shifted_month - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 /// Closes a pool where its connections can be dropped: deadpool drops them through

@@ -189,7 +189,7 @@ pub fn timestamp(time: std::time::SystemTime) -> (i64, String) {
     let ms = time
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
-    (ms, humantime::format_rfc3339_millis(time).to_string())
+    (ms, crate::timestamp::rfc3339_millis(time))
 }
 
 /// The trace record of one handle operation (`ctxd.handle.operation.v1`), kept in the

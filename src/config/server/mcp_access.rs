@@ -7,7 +7,7 @@
 //! matched per request by the API.
 
 use crate::config::{Problems, index_path};
-use std::net::IpAddr;
+use crate::providers::endpoint::is_loopback_host;
 
 /// The keyword for loopback names and addresses.
 const LOOPBACK: &str = "loopback";
@@ -68,13 +68,6 @@ fn normalized_host(host: &str) -> String {
         .to_ascii_lowercase()
 }
 
-fn is_loopback(host: &str) -> bool {
-    host == "localhost"
-        || host
-            .parse::<IpAddr>()
-            .is_ok_and(|ip| ip.to_canonical().is_loopback())
-}
-
 /// `host[:port]` as a `Host` header carries it.
 fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
     let authority: http::uri::Authority = text.trim().parse().ok()?;
@@ -109,7 +102,7 @@ impl McpAccess {
         };
         self.hosts.iter().any(|rule| match rule {
             HostRule::Any => true,
-            HostRule::Loopback => is_loopback(&host),
+            HostRule::Loopback => is_loopback_host(&host),
             HostRule::Named {
                 host: allowed,
                 port: allowed_port,
@@ -132,7 +125,7 @@ impl McpAccess {
         self.origins.iter().any(|rule| match rule {
             OriginRule::Any => true,
             OriginRule::Loopback => {
-                matches!(scheme.as_str(), "http" | "https") && is_loopback(&host)
+                matches!(scheme.as_str(), "http" | "https") && is_loopback_host(&host)
             }
             OriginRule::Exact {
                 scheme: allowed_scheme,

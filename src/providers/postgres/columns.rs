@@ -12,7 +12,7 @@
 
 use crate::bounds::{self, BoundsViolation};
 use crate::providers::items::{self, ItemDraft, ParseProblem};
-use crate::providers::sqlite::rfc3339_utc;
+use crate::timestamp::rfc3339_utc;
 use serde_json::{Number, Value};
 use std::borrow::Cow;
 use std::error::Error;

@@ -8,6 +8,7 @@
 //! roots and the host name (rustls). Messages never quote the string: it may carry a
 //! password.
 
+use crate::providers::endpoint::is_loopback_host;
 use crate::secrets::redact;
 use std::net::IpAddr;
 use tokio_postgres::Config;
@@ -71,7 +72,7 @@ pub(crate) fn parse(text: &str) -> Result<Dsn, String> {
 /// `Local` when every host and every `hostaddr` is loopback or a Unix socket.
 fn reach_of(config: &Config) -> Reach {
     let hosts_local = config.get_hosts().iter().all(|host| match host {
-        Host::Tcp(name) => is_loopback_name(name),
+        Host::Tcp(name) => is_loopback_host(name),
         #[cfg(unix)]
         Host::Unix(_) => true,
     });
@@ -80,18 +81,6 @@ fn reach_of(config: &Config) -> Reach {
         Reach::Local
     } else {
         Reach::Remote
-    }
-}
-
-/// The loopback rule of HTTP endpoints: `localhost`, 127.0.0.0/8 and `::1`, nothing that
-/// only resolves there.
-fn is_loopback_name(name: &str) -> bool {
-    let bare = name.trim_start_matches('[').trim_end_matches(']');
-    match bare.parse::<IpAddr>() {
-        Ok(ip) => {
-            ip.is_loopback() && !matches!(ip, IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some())
-        }
-        Err(_) => bare.eq_ignore_ascii_case("localhost"),
     }
 }
 
