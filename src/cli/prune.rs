@@ -3,7 +3,7 @@
 //! oldest first, in the same small transactions the trace writer uses for `[trace] keep`
 //! — so it can run beside a serving ctxd. `--dry-run` counts instead of deleting.
 
-use super::store::{StoreArgs, locate};
+use super::store::{PRUNE_IS_SQLITE_ONLY, StoreArgs, locate};
 use crate::trace::store::Pruned;
 use crate::trace::store::prune::{
     count_past, open_for_pruning, prune_batch, release_free_pages, tenants,
@@ -39,7 +39,7 @@ fn parse_age(text: &str) -> Result<Duration, String> {
 }
 
 pub(crate) fn run(args: &PruneArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
-    let (path, _) = locate(&args.location)?;
+    let (path, _) = locate(&args.location, PRUNE_IS_SQLITE_ONLY)?;
     let mut conn = open_for_pruning(&path).context("cannot prune traces")?;
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -4,12 +4,12 @@
 //! is not, 2 on errors.
 
 use super::output::{printable, yes_no};
-use super::store::{DEFAULT_CONFIG, DEFAULT_DIGEST_KEY_ENV, digest_key};
-use crate::config::{DigestKeySource, EnvVars, ServerConfig};
+use super::store::{self, StoreArgs, digest_key};
+use crate::config::EnvVars;
 use crate::digest::DigestKey;
 use crate::trace::store::TraceReader;
 use crate::turn::replay::{ReplayResult, replay_from_store};
-use anyhow::{Context, anyhow, bail};
+use anyhow::Context;
 use clap::Args;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -75,33 +75,11 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
 
 /// Where the trace store is and the digest key its records were written with.
 fn locate(args: &ReplayArgs, env: &EnvVars) -> anyhow::Result<(PathBuf, DigestKey)> {
-    let (store, key_source) = match &args.store {
-        Some(store) => {
-            let store = super::store_file(store);
-            let key_source = DigestKeySource::beside(&store, DEFAULT_DIGEST_KEY_ENV, true);
-            (store, key_source)
-        }
-        None => {
-            let path = args
-                .config
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
-            let config = ServerConfig::load(&path).map_err(|e| anyhow!("{e}"))?;
-            let Some(store) = config.trace.store_path() else {
-                bail!(
-                    "the trace store of {} is PostgreSQL: replay reads it through store_env",
-                    path.display()
-                );
-            };
-            (store.to_owned(), config.trace.digest_key_source())
-        }
+    let location = StoreArgs {
+        config: args.config.clone(),
+        store: args.store.clone(),
     };
-    if !store.is_file() {
-        bail!(
-            "the trace store {} does not exist",
-            super::shown_path(&store)
-        );
-    }
+    let (store, key_source) = store::locate(&location, "replay reads it through store_env")?;
     let key = digest_key(&key_source, env)?;
     Ok((store, key))
 }
@@ -172,6 +150,7 @@ fn human(result: &ReplayResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::store::DEFAULT_DIGEST_KEY_ENV;
     use crate::cli::{Cli, Command};
     use crate::contract::{LayerReason, LayerStatus, ProviderStatus};
     use crate::digest::keyed::GENERATED_KEY_FILE;

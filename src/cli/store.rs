@@ -10,7 +10,7 @@ use clap::Args;
 use std::path::{Path, PathBuf};
 
 /// The config read when neither `--config` nor `--store` is given, as for `serve`.
-pub(super) const DEFAULT_CONFIG: &str = "config/ctxd.toml";
+const DEFAULT_CONFIG: &str = "config/ctxd.toml";
 /// The digest key's env var when only `--store` is given.
 pub(super) const DEFAULT_DIGEST_KEY_ENV: &str = "CTXD_DIGEST_KEY";
 
@@ -56,9 +56,16 @@ pub(super) fn postgres_of_config(
     }
 }
 
-/// The store `--store` or the config's `[trace] store` names, which must exist (a
-/// command of `traces` never creates one), and where its digest key comes from.
-pub(super) fn locate(location: &StoreArgs) -> anyhow::Result<(PathBuf, DigestKeySource)> {
+/// What `traces` and `prune` say of a config whose store is PostgreSQL.
+pub(super) const PRUNE_IS_SQLITE_ONLY: &str = "`ctxd traces prune` works on a SQLite file; the replicas' writers prune a PostgreSQL store by [trace] keep";
+
+/// The SQLite store `--store` or the config's `[trace] store` names, which must exist (a
+/// reader never creates one), and where its digest key comes from. A config whose store
+/// is PostgreSQL is refused with `on_postgres`.
+pub(super) fn locate(
+    location: &StoreArgs,
+    on_postgres: &str,
+) -> anyhow::Result<(PathBuf, DigestKeySource)> {
     let (path, key_source) = match &location.store {
         Some(store) => {
             let path = super::store_file(store);
@@ -74,7 +81,7 @@ pub(super) fn locate(location: &StoreArgs) -> anyhow::Result<(PathBuf, DigestKey
             let path = match &server.trace.store {
                 StoreLocation::Sqlite(path) => path.clone(),
                 StoreLocation::Postgres { env } => bail!(
-                    "the trace store of {} is PostgreSQL (store_env = {env:?}): `ctxd traces prune` works on a SQLite file; the replicas' writers prune a PostgreSQL store by [trace] keep",
+                    "the trace store of {} is PostgreSQL (store_env = {env:?}): {on_postgres}",
                     config.display()
                 ),
             };

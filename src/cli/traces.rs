@@ -10,7 +10,7 @@
 //! (`output::printable`): a caller's objective cannot forge lines or clear the screen.
 
 use super::output::{printable, serde_name, table, terminal_width, wrap, yes_no};
-use super::store::{StoreArgs, digest_key, locate, postgres_location};
+use super::store::{PRUNE_IS_SQLITE_ONLY, StoreArgs, digest_key, locate, postgres_location};
 use crate::config::EnvVars;
 use crate::contract::{LayerStatus, ProviderStatus};
 use crate::trace::query::{DEFAULT_LIMIT, MAX_LIMIT, SearchPage, SearchQuery, parse_time};
@@ -204,7 +204,7 @@ fn open(
     let postgres = postgres_location(location, env)?;
     let key_source = match &postgres {
         Some((_, key_source)) => key_source.clone(),
-        None => locate(location)?.1,
+        None => locate(location, PRUNE_IS_SQLITE_ONLY)?.1,
     };
     let key = match with_key.then(|| digest_key(&key_source, env)) {
         Some(Ok(key)) => Ok(Some(key)),
@@ -214,7 +214,7 @@ fn open(
     let usable_key = key.as_ref().ok().and_then(Option::as_ref);
     let reader = match &postgres {
         Some((target, _)) => TraceReader::open_postgres(target, usable_key),
-        None => TraceReader::open(&locate(location)?.0, usable_key),
+        None => TraceReader::open(&locate(location, PRUNE_IS_SQLITE_ONLY)?.0, usable_key),
     }
     .context("cannot read traces")?;
     Ok((reader, key.err()))
